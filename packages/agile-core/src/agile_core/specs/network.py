@@ -1,0 +1,235 @@
+"""Network section of a manifest: evolvable encoder and head architectures with mutation bounds."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Discriminator, Field, Tag, model_validator
+
+from agile_core.specs._base import Spec
+
+ActivationName = Literal[
+    "ReLU", "Tanh", "GELU", "ELU", "LeakyReLU", "Sigmoid", "Softplus", "Softmax", "PReLU", "Identity"
+]
+"""Activation functions an evolvable network may use (torch.nn class names)."""
+
+PositiveInt = Annotated[int, Field(ge=1)]
+
+
+class MlpConfig(Spec):
+    """A multi-layer perceptron: used for vector observations and for every network head."""
+
+    arch: Literal["mlp"] = "mlp"
+    """Encoder kind; inferred from the observation space when omitted."""
+    hidden_size: list[PositiveInt] = Field(default_factory=lambda: [64], min_length=1)
+    """Width of each hidden layer, input side first."""
+    activation: ActivationName = "ReLU"
+    """Activation after each hidden layer."""
+    output_activation: ActivationName | None = None
+    """Activation applied to the output layer (none when null)."""
+    layer_norm: bool = True
+    """Apply LayerNorm after each hidden layer (before the activation)."""
+    min_hidden_layers: PositiveInt = 1
+    """Fewest hidden layers architecture mutation may leave."""
+    max_hidden_layers: PositiveInt = 6
+    """Most hidden layers architecture mutation may create."""
+    min_mlp_nodes: PositiveInt = 8
+    """Narrowest hidden layer node mutation may leave."""
+    max_mlp_nodes: PositiveInt = 256
+    """Widest hidden layer node mutation may create."""
+
+    @model_validator(mode="after")
+    def _within_bounds(self) -> MlpConfig:
+        _check_bounds(self.min_hidden_layers, self.max_hidden_layers, "hidden_layers")
+        _check_bounds(self.min_mlp_nodes, self.max_mlp_nodes, "mlp_nodes")
+        _check_count(len(self.hidden_size), self.min_hidden_layers, self.max_hidden_layers)
+        _check_sizes(self.hidden_size, self.min_mlp_nodes, self.max_mlp_nodes, "min_mlp_nodes", "max_mlp_nodes")
+        return self
+
+
+class CnnConfig(Spec):
+    """A convolutional encoder for image observations (channels-first, HxW)."""
+
+    arch: Literal["cnn"] = "cnn"
+    """Encoder kind; inferred from the observation space when omitted."""
+    channel_size: list[PositiveInt] = Field(default_factory=lambda: [16, 32], min_length=1)
+    """Output channels of each convolution."""
+    kernel_size: list[PositiveInt] = Field(default_factory=lambda: [8, 4], min_length=1)
+    """Kernel size of each convolution (square)."""
+    stride_size: list[PositiveInt] = Field(default_factory=lambda: [4, 2], min_length=1)
+    """Stride of each convolution."""
+    activation: ActivationName = "ReLU"
+    """Activation after each convolution."""
+    layer_norm: bool = False
+    """Apply a channel-wise LayerNorm (GroupNorm with one group) after each convolution."""
+    min_hidden_layers: PositiveInt = 1
+    """Fewest convolutions architecture mutation may leave."""
+    max_hidden_layers: PositiveInt = 6
+    """Most convolutions architecture mutation may create."""
+    min_channel_size: PositiveInt = 8
+    """Fewest channels a convolution may be shrunk to."""
+    max_channel_size: PositiveInt = 256
+    """Most channels a convolution may be grown to."""
+
+    @model_validator(mode="after")
+    def _within_bounds(self) -> CnnConfig:
+        n = len(self.channel_size)
+        if len(self.kernel_size) != n or len(self.stride_size) != n:
+            raise ValueError(
+                f"channel_size, kernel_size and stride_size must have the same length "
+                f"(got {n}, {len(self.kernel_size)}, {len(self.stride_size)})"
+            )
+        _check_bounds(self.min_hidden_layers, self.max_hidden_layers, "hidden_layers")
+        _check_bounds(self.min_channel_size, self.max_channel_size, "channel_size")
+        _check_count(n, self.min_hidden_layers, self.max_hidden_layers)
+        _check_sizes(self.channel_size, self.min_channel_size, self.max_channel_size, "min_channel_size", "max_channel_size")
+        return self
+
+
+class LstmConfig(Spec):
+    """A recurrent (LSTM) encoder, used by recurrent policies."""
+
+    arch: Literal["lstm"] = "lstm"
+    """Encoder kind; inferred when the algorithm is recurrent."""
+    hidden_state_size: PositiveInt = 64
+    """Size of the LSTM hidden and cell state."""
+    num_layers: PositiveInt = 1
+    """Stacked LSTM layers."""
+    min_hidden_state_size: PositiveInt = 8
+    """Smallest hidden state mutation may leave."""
+    max_hidden_state_size: PositiveInt = 256
+    """Largest hidden state mutation may create."""
+    min_num_layers: PositiveInt = 1
+    """Fewest stacked layers mutation may leave."""
+    max_num_layers: PositiveInt = 3
+    """Most stacked layers mutation may create."""
+
+    @model_validator(mode="after")
+    def _within_bounds(self) -> LstmConfig:
+        _check_bounds(self.min_hidden_state_size, self.max_hidden_state_size, "hidden_state_size")
+        _check_bounds(self.min_num_layers, self.max_num_layers, "num_layers")
+        _check_sizes([self.hidden_state_size], self.min_hidden_state_size, self.max_hidden_state_size,
+                     "min_hidden_state_size", "max_hidden_state_size")
+        if not self.min_num_layers <= self.num_layers <= self.max_num_layers:
+            raise ValueError(f"num_layers {self.num_layers} is outside [{self.min_num_layers}, {self.max_num_layers}]")
+        return self
+
+
+class MultiInputConfig(Spec):
+    """An encoder for Dict and Tuple observation spaces: a CNN per image, an MLP over the vectors."""
+
+    arch: Literal["multiinput"] = "multiinput"
+    """Encoder kind; inferred for Dict and Tuple observation spaces."""
+    latent_dim: PositiveInt = 16
+    """Features each sub-encoder (one CNN per image input, one MLP for the vector inputs) produces."""
+    mlp_config: MlpConfig = Field(default_factory=MlpConfig)
+    """Architecture of the MLP that encodes the concatenated vector (and one-hot discrete) inputs."""
+    cnn_config: CnnConfig = Field(default_factory=CnnConfig)
+    """Architecture of the CNN that encodes each image input."""
+
+
+_ENCODER_KEYS: dict[str, str] = {
+    "hidden_size": "mlp",
+    "min_mlp_nodes": "mlp",
+    "max_mlp_nodes": "mlp",
+    "channel_size": "cnn",
+    "kernel_size": "cnn",
+    "stride_size": "cnn",
+    "hidden_state_size": "lstm",
+    "num_layers": "lstm",
+    "mlp_config": "multiinput",
+    "cnn_config": "multiinput",
+}
+
+
+def _encoder_kind(value: Any) -> str:
+    """Discriminate encoder configs by `arch`, else by their distinctive keys (default mlp)."""
+    if isinstance(value, dict):
+        if "arch" in value:
+            return str(value["arch"])
+        for key in value:
+            if key in _ENCODER_KEYS:
+                return _ENCODER_KEYS[key]
+        return "mlp"
+    return str(getattr(value, "arch", "mlp"))
+
+
+EncoderConfig = Annotated[
+    Annotated[MlpConfig, Tag("mlp")]
+    | Annotated[CnnConfig, Tag("cnn")]
+    | Annotated[LstmConfig, Tag("lstm")]
+    | Annotated[MultiInputConfig, Tag("multiinput")],
+    Discriminator(_encoder_kind, custom_error_type="invalid_arch",
+                  custom_error_message="arch must be one of 'mlp', 'cnn', 'lstm', 'multiinput'"),
+]
+"""Any encoder configuration, chosen by `arch` (or by its keys when `arch` is omitted)."""
+
+
+class NetworkSpec(Spec):
+    """Architecture of an RL agent's networks: an encoder, a latent vector, and a head."""
+
+    latent_dim: PositiveInt = 32
+    """Size of the encoder's output (the latent vector every head reads)."""
+    min_latent_dim: PositiveInt = 8
+    """Smallest latent size mutation may leave."""
+    max_latent_dim: PositiveInt = 128
+    """Largest latent size mutation may create."""
+    encoder_config: EncoderConfig | None = None
+    """Encoder architecture; when null (or when `arch` is omitted) it is inferred from the
+    observation space: Dict/Tuple -> multiinput, 3-D Box -> cnn, recurrent -> lstm, else mlp."""
+    head_config: MlpConfig | None = None
+    """Architecture of the MLP head(s) on top of the latent vector (policy, value, Q)."""
+
+    @model_validator(mode="after")
+    def _latent_within_bounds(self) -> NetworkSpec:
+        _check_bounds(self.min_latent_dim, self.max_latent_dim, "latent_dim")
+        if not self.min_latent_dim <= self.latent_dim <= self.max_latent_dim:
+            raise ValueError(
+                f"latent_dim {self.latent_dim} is outside [min_latent_dim={self.min_latent_dim}, "
+                f"max_latent_dim={self.max_latent_dim}]"
+            )
+        return self
+
+
+class LoraConfig(Spec):
+    """LoRA adapter settings (mapped onto peft.LoraConfig)."""
+
+    lora_r: PositiveInt = 16
+    """Rank of the low-rank update."""
+    lora_alpha: float = Field(default=64.0, gt=0)
+    """Scaling numerator of the update (scale = lora_alpha / lora_r)."""
+    target_modules: list[str] | Literal["all-linear"] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"]
+    )
+    """Names of the modules that get adapters, or 'all-linear'."""
+    lora_dropout: float = Field(default=0.05, ge=0.0, lt=1.0)
+    """Dropout on the adapter input."""
+    task_type: Literal["CAUSAL_LM", "SEQ_CLS", "SEQ_2_SEQ_LM", "TOKEN_CLS"] = "CAUSAL_LM"
+    """peft task type."""
+
+
+class FinetuningNetworkSpec(Spec):
+    """Network section for LLM finetuning: a pretrained model plus optional LoRA adapters."""
+
+    pretrained_model_name_or_path: str = Field(min_length=1)
+    """A Hugging Face model id or a local directory holding a saved model."""
+    max_context_length: PositiveInt | None = None
+    """Longest prompt plus completion, in tokens (the model's own limit when null)."""
+    lora_config: LoraConfig | None = None
+    """LoRA adapters to train; the full model is finetuned when null."""
+
+
+def _check_bounds(low: int, high: int, name: str) -> None:
+    if low > high:
+        raise ValueError(f"min_{name} ({low}) must not exceed max_{name} ({high})")
+
+
+def _check_count(count: int, low: int, high: int) -> None:
+    if not low <= count <= high:
+        raise ValueError(f"{count} layers given, outside [min_hidden_layers={low}, max_hidden_layers={high}]")
+
+
+def _check_sizes(sizes: list[int], low: int, high: int, low_name: str, high_name: str) -> None:
+    for size in sizes:
+        if not low <= size <= high:
+            raise ValueError(f"size {size} is outside [{low_name}={low}, {high_name}={high}]")

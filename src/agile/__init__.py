@@ -1,0 +1,1 @@
+"""agile: manifest-driven reinforcement learning with evolutionary hyperparameter optimisation."""
