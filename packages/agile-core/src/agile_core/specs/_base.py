@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
+from pydantic_core import PydanticCustomError
 
 
 class Spec(BaseModel):
@@ -15,3 +16,12 @@ class Spec(BaseModel):
         use_attribute_docstrings=True,
         protected_namespaces=(),
     )
+
+
+def field_error(field: str, message: str) -> PydanticCustomError:
+    """An error for a cross-field check, located at `field` (the error formatter appends it).
+
+    Raise it from a model validator; pydantic reports the model's location, and
+    `agile_core.errors` adds `field` so users see the exact key. Avoid braces in `message`.
+    """
+    return PydanticCustomError("field_error", message, {"field": field})

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, Tag, model_validator
 
-from agile_core.specs._base import Spec
+from agile_core.specs._base import Spec, field_error
 
 ActivationName = Literal[
     "ReLU", "Tanh", "GELU", "ELU", "LeakyReLU", "Sigmoid", "Softplus", "Softmax", "PReLU", "Identity"
@@ -42,8 +42,8 @@ class MlpConfig(Spec):
     def _within_bounds(self) -> MlpConfig:
         _check_bounds(self.min_hidden_layers, self.max_hidden_layers, "hidden_layers")
         _check_bounds(self.min_mlp_nodes, self.max_mlp_nodes, "mlp_nodes")
-        _check_count(len(self.hidden_size), self.min_hidden_layers, self.max_hidden_layers)
-        _check_sizes(self.hidden_size, self.min_mlp_nodes, self.max_mlp_nodes, "min_mlp_nodes", "max_mlp_nodes")
+        _check_count("hidden_size", len(self.hidden_size), self.min_hidden_layers, self.max_hidden_layers)
+        _check_sizes("hidden_size", self.hidden_size, self.min_mlp_nodes, self.max_mlp_nodes, "mlp_nodes")
         return self
 
 
@@ -75,14 +75,15 @@ class CnnConfig(Spec):
     def _within_bounds(self) -> CnnConfig:
         n = len(self.channel_size)
         if len(self.kernel_size) != n or len(self.stride_size) != n:
-            raise ValueError(
+            raise field_error(
+                "kernel_size",
                 f"channel_size, kernel_size and stride_size must have the same length "
-                f"(got {n}, {len(self.kernel_size)}, {len(self.stride_size)})"
+                f"(got {n}, {len(self.kernel_size)}, {len(self.stride_size)})",
             )
         _check_bounds(self.min_hidden_layers, self.max_hidden_layers, "hidden_layers")
         _check_bounds(self.min_channel_size, self.max_channel_size, "channel_size")
-        _check_count(n, self.min_hidden_layers, self.max_hidden_layers)
-        _check_sizes(self.channel_size, self.min_channel_size, self.max_channel_size, "min_channel_size", "max_channel_size")
+        _check_count("channel_size", n, self.min_hidden_layers, self.max_hidden_layers)
+        _check_sizes("channel_size", self.channel_size, self.min_channel_size, self.max_channel_size, "channel_size")
         return self
 
 
@@ -108,10 +109,14 @@ class LstmConfig(Spec):
     def _within_bounds(self) -> LstmConfig:
         _check_bounds(self.min_hidden_state_size, self.max_hidden_state_size, "hidden_state_size")
         _check_bounds(self.min_num_layers, self.max_num_layers, "num_layers")
-        _check_sizes([self.hidden_state_size], self.min_hidden_state_size, self.max_hidden_state_size,
-                     "min_hidden_state_size", "max_hidden_state_size")
+        _check_sizes("hidden_state_size", [self.hidden_state_size], self.min_hidden_state_size,
+                     self.max_hidden_state_size, "hidden_state_size")
         if not self.min_num_layers <= self.num_layers <= self.max_num_layers:
-            raise ValueError(f"num_layers {self.num_layers} is outside [{self.min_num_layers}, {self.max_num_layers}]")
+            raise field_error(
+                "num_layers",
+                f"{self.num_layers} is outside [min_num_layers={self.min_num_layers}, "
+                f"max_num_layers={self.max_num_layers}]",
+            )
         return self
 
 
@@ -184,9 +189,10 @@ class NetworkSpec(Spec):
     def _latent_within_bounds(self) -> NetworkSpec:
         _check_bounds(self.min_latent_dim, self.max_latent_dim, "latent_dim")
         if not self.min_latent_dim <= self.latent_dim <= self.max_latent_dim:
-            raise ValueError(
-                f"latent_dim {self.latent_dim} is outside [min_latent_dim={self.min_latent_dim}, "
-                f"max_latent_dim={self.max_latent_dim}]"
+            raise field_error(
+                "latent_dim",
+                f"{self.latent_dim} is outside [min_latent_dim={self.min_latent_dim}, "
+                f"max_latent_dim={self.max_latent_dim}]",
             )
         return self
 
@@ -221,15 +227,18 @@ class FinetuningNetworkSpec(Spec):
 
 def _check_bounds(low: int, high: int, name: str) -> None:
     if low > high:
-        raise ValueError(f"min_{name} ({low}) must not exceed max_{name} ({high})")
+        raise field_error(f"min_{name}", f"min_{name} ({low}) must not exceed max_{name} ({high})")
 
 
-def _check_count(count: int, low: int, high: int) -> None:
+def _check_count(field: str, count: int, low: int, high: int) -> None:
     if not low <= count <= high:
-        raise ValueError(f"{count} layers given, outside [min_hidden_layers={low}, max_hidden_layers={high}]")
+        raise field_error(
+            field, f"{count} layers given, outside [min_hidden_layers={low}, max_hidden_layers={high}]"
+        )
 
 
-def _check_sizes(sizes: list[int], low: int, high: int, low_name: str, high_name: str) -> None:
-    for size in sizes:
+def _check_sizes(field: str, sizes: list[int], low: int, high: int, bound: str) -> None:
+    for position, size in enumerate(sizes):
         if not low <= size <= high:
-            raise ValueError(f"size {size} is outside [{low_name}={low}, {high_name}={high}]")
+            where = f"{field}[{position}]" if field != "hidden_state_size" else field
+            raise field_error(where, f"{size} is outside [min_{bound}={low}, max_{bound}={high}]")

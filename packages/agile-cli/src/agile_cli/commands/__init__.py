@@ -1,0 +1,1 @@
+"""Subcommands of `agile`, one module each."""

@@ -1,0 +1,31 @@
+"""`agile schema`: print the manifest's JSON Schema for editor completion and checking."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    """Add the `schema` subcommand."""
+    parser = sub.add_parser(
+        "schema",
+        help="print the manifest JSON Schema",
+        description="Print the JSON Schema of training manifests (for YAML language servers and editors).",
+    )
+    parser.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of standard output")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print or write the schema."""
+    from agile_core.schema import manifest_json_schema
+
+    text = json.dumps(manifest_json_schema(), indent=2)
+    if args.output:
+        Path(args.output).write_text(text + "\n", encoding="utf-8")
+    else:
+        print(text)
+    return 0

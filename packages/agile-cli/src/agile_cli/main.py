@@ -1,0 +1,62 @@
+"""The `agile` command. Subcommands import their heavy dependencies only when they run."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from agile_cli.commands import schema, validate
+
+COMMANDS = (validate, schema)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of `agile` and its subcommands."""
+    parser = argparse.ArgumentParser(
+        prog="agile",
+        description="Manifest-driven reinforcement learning with evolutionary hyperparameter optimisation.",
+    )
+    parser.add_argument("--version", action="store_true", help="print the installed agile packages and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for command in COMMANDS:
+        command.register(sub)
+    return parser
+
+
+def _version_text() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    lines = []
+    for dist in ("agile-core", "agile-cli", "agile-offpolicy", "agile-onpolicy", "agile-marl",
+                 "agile-offline", "agile-llm", "agile-arena"):
+        try:
+            lines.append(f"{dist} {version(dist)}")
+        except PackageNotFoundError:
+            continue
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run `agile` with `argv`; return the exit code (0 ok, 1 failure, 2 bad input or usage)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
+        return int(exc.code or 0)
+    if args.version:
+        print(_version_text())
+        return 0
+    if args.command is None:
+        parser.print_help()
+        return 2
+    return int(args.handler(args))
+
+
+def run() -> None:
+    """Console-script entry point."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()

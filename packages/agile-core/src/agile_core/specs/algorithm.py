@@ -1,0 +1,90 @@
+"""Base of every algorithm section; paradigm packages subclass it once per algorithm."""
+
+from __future__ import annotations
+
+import types
+import typing
+from typing import Any, ClassVar, Literal, get_args, get_origin
+
+from pydantic import Field
+
+from agile_core.specs._base import Spec
+from agile_core.specs.mutation import RLHyperparameter
+
+
+class AlgorithmSpec(Spec):
+    """Hyperparameters of one algorithm, dispatched by its exact, case-sensitive `name`.
+
+    Subclasses declare `name: Literal["ALGO"]` and one field per hyperparameter (with a docstring),
+    and set `algorithm_class` to the dotted path of the class that implements it.
+    """
+
+    name: str = Field(min_length=1)
+    """Registered algorithm name (case-sensitive), e.g. `DQN`."""
+
+    algorithm_class: ClassVar[str] = ""
+    """`module:Class` of the implementation, imported only when training starts."""
+    mutable_by_default: ClassVar[tuple[str, ...]] = ("lr", "batch_size", "learn_step")
+    """Hyperparameters that mutate when the manifest gives no `rl_hp_selection`."""
+    default_evo_steps: ClassVar[int] = 10_000
+    """Evolution interval used when `training.evo_steps` is null."""
+    default_ranges: ClassVar[dict[str, tuple[float, float]]] = {}
+    """Per-hyperparameter default mutation ranges overriding the generic [v/10, v*10] rule."""
+
+    @classmethod
+    def registered_name(cls) -> str:
+        """The literal name this spec is registered under."""
+        args = get_args(cls.model_fields["name"].annotation)
+        return str(args[0]) if args else cls.__name__.removesuffix("Spec")
+
+    @classmethod
+    def numeric_hyperparameters(cls) -> dict[str, type]:
+        """Every int or float hyperparameter (bool excluded), with its numeric type."""
+        found: dict[str, type] = {}
+        for field_name, info in cls.model_fields.items():
+            kind = _numeric_kind(info.annotation)
+            if kind is not None:
+                found[field_name] = kind
+        return found
+
+    def hyperparameters(self) -> dict[str, Any]:
+        """The hyperparameters as plain values (without `name`)."""
+        return self.model_dump(exclude={"name"})
+
+    def default_rl_hp_selection(self) -> dict[str, RLHyperparameter]:
+        """Mutation ranges used when the manifest gives none: [v/10, v*10] (floats, factors
+        1.2/0.8) and [max(1, v//4), v*4] (integers, factors 1.5/0.75) around the current value."""
+        numeric = self.numeric_hyperparameters()
+        ranges: dict[str, RLHyperparameter] = {}
+        for hp in self.mutable_by_default:
+            if hp not in numeric:
+                continue
+            value = getattr(self, hp)
+            if hp in self.default_ranges:
+                low, high = self.default_ranges[hp]
+            elif numeric[hp] is int:
+                low, high = max(1, int(value) // 4), int(value) * 4
+            else:
+                low, high = float(value) / 10, float(value) * 10
+            ranges[hp] = RLHyperparameter(min=low, max=high)
+        return ranges
+
+
+def _numeric_kind(annotation: Any) -> type | None:
+    """Return int or float when the annotation is (optionally Annotated/Optional) int or float."""
+    origin = get_origin(annotation)
+    if origin is typing.Annotated:
+        return _numeric_kind(get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        kinds = {_numeric_kind(arg) for arg in get_args(annotation) if arg is not type(None)}
+        kinds.discard(None)
+        if kinds == {int}:
+            return int
+        return float if kinds and kinds <= {int, float} else None
+    if origin is Literal:
+        return None
+    if annotation is bool:
+        return None
+    if annotation in (int, float):
+        return annotation
+    return None

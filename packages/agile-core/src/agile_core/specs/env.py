@@ -1,0 +1,87 @@
+"""Environment sections shared by the paradigms: Gymnasium (and the base every env spec extends)."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+from pydantic import Field, field_validator, model_validator
+
+from agile_core.specs._base import Spec, field_error
+
+_ENTRYPOINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+_ATTRIBUTE = re.compile(r"^[A-Za-z_][\w.]*$")
+_DOTTED = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+$")
+
+
+class WrapperSpec(Spec):
+    """A wrapper applied to every sub-environment, innermost first."""
+
+    name: str
+    """Dotted path of the wrapper class, e.g. `gymnasium.wrappers.TimeLimit` (or `module:Class`)."""
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Keyword arguments of the wrapper's constructor."""
+
+    @field_validator("name")
+    @classmethod
+    def _dotted(cls, value: str) -> str:
+        if not (_DOTTED.match(value) or _ENTRYPOINT.match(value)):
+            raise ValueError("must be a dotted path such as 'gymnasium.wrappers.TimeLimit'")
+        return value
+
+
+class EnvSpec(Spec):
+    """Base of every environment section: a name plus how many copies to run."""
+
+    name: str = Field(min_length=1)
+    """Environment id (a registered id, or the name of a custom environment)."""
+    num_envs: Annotated[int, Field(ge=1)] = 16
+    """Sub-environments each agent steps in parallel (one vector environment per agent)."""
+
+
+class GymEnvSpec(EnvSpec):
+    """A Gymnasium environment: a registered id, or a custom one by entrypoint or file path."""
+
+    entrypoint: str | None = None
+    """Where the environment class or factory lives: `package.module:attr`; with `path`, just the
+    attribute name inside that file."""
+    path: str | None = None
+    """Python file defining the environment (relative to the manifest); its `entrypoint`
+    attribute, or its single `gymnasium.Env` subclass when no entrypoint is given."""
+    config: dict[str, Any] = Field(default_factory=dict)
+    """Keyword arguments passed to the environment's constructor (`gymnasium.make` kwargs)."""
+    wrappers: list[WrapperSpec] = Field(default_factory=list)
+    """Wrappers applied to each sub-environment, innermost first. A bare string is a wrapper
+    with no arguments."""
+    sync: bool = True
+    """Step sub-environments in this process (true) or in subprocesses (false: for slow envs)."""
+
+    @field_validator("wrappers", mode="before")
+    @classmethod
+    def _bare_names(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return [{"name": item} if isinstance(item, str) else item for item in value]
+        return value
+
+    @field_validator("path")
+    @classmethod
+    def _python_file(cls, value: str | None) -> str | None:
+        if value is not None and not value.endswith(".py"):
+            raise ValueError("must be a Python file ending in .py")
+        return value
+
+    @model_validator(mode="after")
+    def _entrypoint_form(self) -> GymEnvSpec:
+        if self.entrypoint is None:
+            return self
+        if self.path is not None:
+            if not _ATTRIBUTE.match(self.entrypoint):
+                raise field_error("entrypoint", "with `path`, give only the attribute name inside that file")
+        elif not _ENTRYPOINT.match(self.entrypoint):
+            raise field_error("entrypoint", "must have the form 'package.module:attribute'")
+        return self
+
+    @property
+    def is_custom(self) -> bool:
+        """Whether the environment comes from an entrypoint or a file rather than a registered id."""
+        return self.entrypoint is not None or self.path is not None

@@ -1,0 +1,404 @@
+"""`TrainingManifest`: one validated training run, dispatched through the paradigm registry."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import types
+import typing
+from pathlib import Path as FsPath
+from typing import Any, get_args, get_origin
+
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    Field,
+    PrivateAttr,
+    SerializeAsAny,
+    ValidationError,
+    model_validator,
+)
+
+from pydantic_core import PydanticCustomError
+
+from agile_core.errors import _MISSING as _MISSING_VALUE
+from agile_core.errors import ManifestError, ManifestIssue, Path, issues_from_validation_error
+from agile_core.specs._base import Spec
+from agile_core.specs.algorithm import AlgorithmSpec
+from agile_core.specs.env import EnvSpec, GymEnvSpec
+from agile_core.specs.mutation import MutationSpec
+from agile_core.specs.network import NetworkSpec
+from agile_core.specs.selection import (
+    MultiFrequencySelectionSpec,
+    SelectionStrategySpec,
+    TournamentSelectionSpec,
+)
+from agile_core.specs.training import ReplayBufferSpec, TrainingSpec
+from agile_core.yaml_source import ManifestSource, parse_text, read_manifest_file
+
+SELECTION_KEYS = ("selection_strategy", "tournament_selection")
+_FIXED_SECTIONS: dict[str, Any] = {
+    "training": TrainingSpec,
+    "mutation": MutationSpec,
+    "replay_buffer": ReplayBufferSpec,
+}
+
+
+class TrainingManifest(Spec):
+    """A whole training run: algorithm, environment, training loop, network, HPO, buffer."""
+
+    algorithm: SerializeAsAny[AlgorithmSpec]
+    """Algorithm `name` plus its hyperparameters (validated by that algorithm's spec)."""
+    environment: SerializeAsAny[EnvSpec]
+    """Where and how environments are made (validated by the algorithm's paradigm)."""
+    training: TrainingSpec = Field(default_factory=TrainingSpec)
+    """Training loop, population and evolution schedule."""
+    network: SerializeAsAny[Spec] | None = None
+    """Network architecture (`NetworkSpec`; `FinetuningNetworkSpec` for LLMs)."""
+    mutation: MutationSpec | None = None
+    """Mutation operators and hyperparameter ranges (defaults when HPO is on and this is null)."""
+    selection_strategy: SelectionStrategySpec | None = Field(
+        default=None, validation_alias=AliasChoices(*SELECTION_KEYS)
+    )
+    """Selection strategy (alias: `tournament_selection`): `strategy: tournament` (default) or
+    `strategy: multi_frequency` (MF-PBT)."""
+    replay_buffer: ReplayBufferSpec | None = None
+    """Replay buffer of off-policy algorithms (a 100,000-transition buffer when null)."""
+
+    _base_dir: FsPath | None = PrivateAttr(default=None)
+    _filename: str = PrivateAttr(default="<manifest>")
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _dispatch_sections(cls, data: Any, handler: Any) -> TrainingManifest:
+        if isinstance(data, dict):
+            data = _validated_sections(data)
+        return handler(data)
+
+    @classmethod
+    def get_validated(cls, source: str | FsPath | dict[str, Any] | TrainingManifest) -> TrainingManifest:
+        """Validate a YAML/JSON path, a dict or a manifest; raise ManifestError listing every problem."""
+        if isinstance(source, TrainingManifest):
+            return source
+        if isinstance(source, str | FsPath):
+            return validate_source(read_manifest_file(source))
+        if isinstance(source, dict):
+            return validate_source(ManifestSource(data=source))
+        raise ManifestError([ManifestIssue((), f"expected a path, a dict or a TrainingManifest, got {type(source).__name__}")])
+
+    @classmethod
+    def from_text(cls, text: str, filename: str = "<manifest>") -> TrainingManifest:
+        """Validate manifest text (YAML or JSON)."""
+        return validate_source(parse_text(text, filename))
+
+    @property
+    def base_dir(self) -> FsPath:
+        """Directory relative paths in the manifest are resolved against."""
+        return self._base_dir or FsPath.cwd()
+
+    @property
+    def paradigm_name(self) -> str:
+        """Name of the paradigm that trains this manifest's algorithm."""
+        from agile_core.registry import paradigm_of
+
+        return paradigm_of(self.algorithm.name).name
+
+    @property
+    def evo_steps(self) -> int:
+        """Evolution interval: `training.evo_steps`, or the algorithm's default."""
+        return self.training.evo_steps or type(self.algorithm).default_evo_steps
+
+    def resolved_mutation(self) -> MutationSpec:
+        """The mutation spec with `rl_hp_selection` filled from the algorithm's defaults."""
+        mutation = self.mutation or MutationSpec()
+        if mutation.rl_hp_selection is None:
+            mutation = mutation.model_copy(update={"rl_hp_selection": self.algorithm.default_rl_hp_selection()})
+        return mutation
+
+    def resolved_selection(self) -> TournamentSelectionSpec | MultiFrequencySelectionSpec:
+        """The selection spec (tournament by default), MF-PBT counts resolved against pop_size."""
+        selection = self.selection_strategy or TournamentSelectionSpec()
+        if isinstance(selection, MultiFrequencySelectionSpec):
+            return selection.resolve(self.training.pop_size)
+        return selection
+
+    def resolved_replay_buffer(self) -> ReplayBufferSpec:
+        """The replay buffer section, from the top level or `training.replay_buffer`."""
+        return self.replay_buffer or self.training.replay_buffer or ReplayBufferSpec()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field with its resolved value, in manifest form (YAML/JSON-ready)."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+    def to_json(self) -> str:
+        """The resolved manifest as JSON text."""
+        return json.dumps(self.to_dict(), indent=2)
+
+
+def validate_source(source: ManifestSource) -> TrainingManifest:
+    """Validate parsed data, attaching source lines to every problem."""
+    try:
+        manifest = TrainingManifest.model_validate(source.data, context={"base_dir": source.base_dir})
+    except ValidationError as exc:
+        issues = issues_from_validation_error(exc, source.data, suggest=_suggester(TrainingManifest))
+        raise ManifestError(source.locate(issues), source.filename) from None
+    manifest._base_dir = source.base_dir
+    manifest._filename = source.filename
+    problems = _check_paths(manifest)
+    if problems:
+        raise ManifestError(source.locate(problems), source.filename)
+    return manifest
+
+
+def _as_validation_error(issues: list[ManifestIssue]) -> ValidationError:
+    """Pack collected issues into one pydantic ValidationError (exact paths, messages kept)."""
+    line_errors: list[Any] = []
+    for issue in issues:
+        has_value = issue.value is not _MISSING_VALUE
+        line_errors.append({
+            "type": PydanticCustomError("manifest_issue", "{message}", {"message": issue.message, "has_value": has_value}),
+            "loc": issue.path,
+            "input": issue.value if has_value else None,
+        })
+    return ValidationError.from_exception_data("TrainingManifest", line_errors)
+
+
+def _validated_sections(data: dict[str, Any]) -> dict[str, Any]:
+    """Validate every section with its spec, collecting all problems before raising."""
+    issues: list[ManifestIssue] = []
+    out: dict[str, Any] = {}
+    allowed = {"algorithm", "environment", "network", *SELECTION_KEYS, *_FIXED_SECTIONS}
+    for key in data:
+        if key not in allowed:
+            issues.append(ManifestIssue((key,), _unknown_key_message(str(key), sorted(allowed - {"tournament_selection"}) + ["tournament_selection"])))
+    for key in ("algorithm", "environment"):
+        if key not in data:
+            issues.append(ManifestIssue((key,), "required section is missing"))
+
+    spec_class = _validate_algorithm(data, issues, out)
+    paradigm = _paradigm_for(spec_class)
+    env_class: type[EnvSpec] = paradigm.env_spec if paradigm else GymEnvSpec
+    if "environment" in data and (spec_class is not None or "algorithm" not in data):
+        _validate_section(data, "environment", env_class, issues, out)
+    network_class = paradigm.network_spec if paradigm else NetworkSpec
+    if data.get("network") is not None:
+        _validate_section(data, "network", network_class, issues, out)
+    for key, spec in _FIXED_SECTIONS.items():
+        if data.get(key) is not None:
+            _validate_section(data, key, spec, issues, out)
+    _validate_selection(data, issues, out)
+    if spec_class is not None:
+        issues.extend(_cross_field_issues(data, out, spec_class))
+    if issues:
+        raise _as_validation_error(issues)
+    return out
+
+
+def _validate_section(data: dict[str, Any], key: str, spec: Any, issues: list[ManifestIssue], out: dict[str, Any]) -> None:
+    value = data[key]
+    if isinstance(value, spec):
+        out[key] = value
+        return
+    if not isinstance(value, dict):
+        issues.append(ManifestIssue((key,), f"must be a mapping of {spec.__name__} fields", value))
+        return
+    try:
+        out[key] = spec.model_validate(value)
+    except ValidationError as exc:
+        issues.extend(issues_from_validation_error(exc, value, (key,), suggest=_suggester(spec)))
+
+
+def _validate_algorithm(
+    data: dict[str, Any], issues: list[ManifestIssue], out: dict[str, Any]
+) -> type[AlgorithmSpec] | None:
+    """Validate the algorithm section; return its spec class when the name is registered."""
+    from agile_core.registry import UnknownAlgorithmError, algorithm_spec
+
+    section = data.get("algorithm")
+    if section is None:
+        return None
+    if isinstance(section, AlgorithmSpec):
+        out["algorithm"] = section
+        return type(section)
+    if isinstance(section, str):
+        section = {"name": section}
+    if not isinstance(section, dict):
+        issues.append(ManifestIssue(("algorithm",), "must be a mapping with a `name` and hyperparameters", section))
+        return None
+    name = section.get("name")
+    if name is None:
+        issues.append(ManifestIssue(("algorithm", "name"), "required field is missing"))
+        return None
+    if not isinstance(name, str):
+        issues.append(ManifestIssue(("algorithm", "name"), "must be a string naming a registered algorithm", name))
+        return None
+    try:
+        spec_class = algorithm_spec(name)
+    except UnknownAlgorithmError as exc:
+        issues.append(ManifestIssue(("algorithm", "name"), str(exc), name))
+        return None
+    try:
+        out["algorithm"] = spec_class.model_validate(section)
+    except ValidationError as exc:
+        issues.extend(issues_from_validation_error(exc, section, ("algorithm",), suggest=_suggester(spec_class)))
+    return spec_class
+
+
+def _paradigm_for(spec_class: type[AlgorithmSpec] | None) -> Any:
+    if spec_class is None:
+        return None
+    from agile_core.registry import paradigm_of
+
+    return paradigm_of(spec_class.registered_name())
+
+
+def _validate_selection(data: dict[str, Any], issues: list[ManifestIssue], out: dict[str, Any]) -> None:
+    given = [key for key in SELECTION_KEYS if data.get(key) is not None]
+    if len(given) > 1:
+        issues.append(ManifestIssue((given[1],), "give the selection strategy once: `selection_strategy` and `tournament_selection` are the same section"))
+        return
+    if not given:
+        return
+    key = given[0]
+    value = data[key]
+    if isinstance(value, TournamentSelectionSpec | MultiFrequencySelectionSpec):
+        out["selection_strategy"] = value
+        return
+    if not isinstance(value, dict):
+        issues.append(ManifestIssue((key,), "must be a mapping (tournament_size, elitism, or an MF-PBT layout)", value))
+        return
+    strategy = value.get("strategy", "tournament")
+    spec = {"tournament": TournamentSelectionSpec, "multi_frequency": MultiFrequencySelectionSpec}.get(strategy)
+    if spec is None:
+        issues.append(ManifestIssue((key, "strategy"), "must be 'tournament' or 'multi_frequency'", strategy))
+        return
+    try:
+        out["selection_strategy"] = spec.model_validate(value)
+    except ValidationError as exc:
+        issues.extend(issues_from_validation_error(exc, value, (key,), suggest=_suggester(spec)))
+
+
+def _cross_field_issues(
+    data: dict[str, Any], out: dict[str, Any], spec_class: type[AlgorithmSpec]
+) -> list[ManifestIssue]:
+    """Rules that involve more than one section (each checked where its parts are valid)."""
+    issues = _rl_hp_issues(data, out, spec_class)
+    training: TrainingSpec = out.get("training", TrainingSpec())
+    selection = out.get("selection_strategy")
+    sel_key = next((k for k in SELECTION_KEYS if data.get(k) is not None), "selection_strategy")
+    if isinstance(selection, MultiFrequencySelectionSpec):
+        try:
+            selection.resolve(training.pop_size)
+        except ValueError as exc:
+            issues.append(ManifestIssue((sel_key,), f"{exc} (training.pop_size={training.pop_size})"))
+    elif isinstance(selection, TournamentSelectionSpec) and training.pop_size >= 2 and selection.tournament_size > training.pop_size:
+        issues.append(ManifestIssue((sel_key, "tournament_size"),
+                                    f"must not exceed training.pop_size ({training.pop_size})", selection.tournament_size))
+    if out.get("replay_buffer") is not None and training.replay_buffer is not None:
+        issues.append(ManifestIssue(("training", "replay_buffer"), "the replay buffer is given twice; keep the top-level `replay_buffer` section only"))
+    buffer = data.get("replay_buffer") or {}
+    if isinstance(buffer, dict) and "n_step" in buffer and "n_step_buffer_args" in buffer:
+        inner = buffer["n_step_buffer_args"]
+        if isinstance(inner, dict) and "n_step" in inner and inner["n_step"] != buffer["n_step"]:
+            issues.append(ManifestIssue(("replay_buffer", "n_step"), "conflicts with n_step_buffer_args.n_step; give one of them", buffer["n_step"]))
+    return issues
+
+
+def _rl_hp_issues(data: dict[str, Any], out: dict[str, Any], spec_class: type[AlgorithmSpec]) -> list[ManifestIssue]:
+    """Every `rl_hp_selection` key must be a numeric hyperparameter whose value lies in its range."""
+    mutation = data.get("mutation")
+    selection = mutation.get("rl_hp_selection") if isinstance(mutation, dict) else None
+    if not isinstance(selection, dict):
+        return []
+    numeric = spec_class.numeric_hyperparameters()
+    name = spec_class.registered_name()
+    issues = []
+    for hp in selection:
+        if hp not in numeric:
+            close = difflib.get_close_matches(str(hp), list(numeric), n=1, cutoff=0.6)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            issues.append(ManifestIssue(("mutation", "rl_hp_selection", hp),
+                                        f"{name} has no numeric hyperparameter '{hp}'; {hint}"
+                                        f"choose from: {', '.join(sorted(numeric))}"))
+    algo: AlgorithmSpec | None = out.get("algorithm")
+    validated: MutationSpec | None = out.get("mutation")
+    if algo is None or validated is None or not validated.rl_hp_selection:
+        return issues
+    for hp, bounds in validated.rl_hp_selection.items():
+        value = getattr(algo, hp, None)
+        if hp in numeric and value is not None and not bounds.min <= value <= bounds.max:
+            issues.append(ManifestIssue(("mutation", "rl_hp_selection", hp),
+                                        f"the initial value algorithm.{hp}={value:g} lies outside "
+                                        f"[{bounds.min:g}, {bounds.max:g}]"))
+    return issues
+
+
+def _check_paths(manifest: TrainingManifest) -> list[ManifestIssue]:
+    """Files the manifest names must exist (resolved against the manifest's folder)."""
+    env = manifest.environment
+    path = getattr(env, "path", None)
+    if path is not None and not (manifest.base_dir / path).is_file():
+        return [ManifestIssue(("environment", "path"), f"file not found (looked in {manifest.base_dir})", path)]
+    return []
+
+
+def _unknown_key_message(key: str, allowed: list[str]) -> str:
+    close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    return f"unknown section; {hint}valid sections: {', '.join(allowed)}"
+
+
+def _suggester(root: type[BaseModel]) -> Any:
+    """Build a did-you-mean hint function for unknown keys under the spec `root`."""
+
+    def suggest(model_path: Path, key: str) -> str | None:
+        fields = _fields_at(root, model_path)
+        if not fields:
+            return None
+        close = difflib.get_close_matches(key, fields, n=1, cutoff=0.6)
+        if close:
+            return f"did you mean '{close[0]}'?"
+        shown = ", ".join(sorted(fields)[:24])
+        return f"valid fields: {shown}" + (", ..." if len(fields) > 24 else "")
+
+    return suggest
+
+
+def _fields_at(root: type[BaseModel], path: Path) -> list[str]:
+    """Field names (and aliases) of the spec reached from `root` along `path`."""
+    model: Any = root
+    for part in path:
+        if model is None:
+            return []
+        if isinstance(part, int):
+            continue
+        info = model.model_fields.get(part) or _field_by_alias(model, part)
+        model = _model_in(info.annotation) if info else None
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        return []
+    names = [n for n in model.model_fields if n != "name" or model is not root]
+    for info in model.model_fields.values():
+        alias = info.validation_alias
+        if isinstance(alias, AliasChoices):
+            names.extend(str(c) for c in alias.choices if isinstance(c, str) and c not in names)
+    return names
+
+
+def _field_by_alias(model: type[BaseModel], key: str) -> Any:
+    for info in model.model_fields.values():
+        alias = info.validation_alias
+        if isinstance(alias, AliasChoices) and key in alias.choices:
+            return info
+    return None
+
+
+def _model_in(annotation: Any) -> Any:
+    origin = get_origin(annotation)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if origin in (typing.Union, types.UnionType, typing.Annotated, list, dict):
+        for arg in reversed(get_args(annotation)) if origin in (list, dict) else get_args(annotation):
+            found = _model_in(arg)
+            if found is not None:
+                return found
+    return None

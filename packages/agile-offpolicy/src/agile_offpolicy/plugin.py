@@ -1,0 +1,17 @@
+"""Entry point of the off-policy paradigm (imports no torch: only specs)."""
+
+from agile_core.registry import Paradigm
+from agile_core.specs.env import GymEnvSpec
+from agile_offpolicy.specs import ALGORITHM_SPECS
+
+PARADIGM = Paradigm(
+    name="off_policy",
+    distribution="agile-offpolicy",
+    algorithms=ALGORITHM_SPECS,
+    env_spec=GymEnvSpec,
+    hooks={
+        "train_loop": "agile_offpolicy.training:train_off_policy",
+        "build_run": "agile_offpolicy.run:build_run",
+        "buffer_factory": "agile_offpolicy.buffers:build_buffer",
+    },
+)

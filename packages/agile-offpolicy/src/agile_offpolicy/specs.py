@@ -1,0 +1,118 @@
+"""Registered hyperparameter specs of the off-policy algorithms (names and defaults users know)."""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import Field
+
+from agile_core.specs.algorithm import AlgorithmSpec
+
+PositiveInt = Annotated[int, Field(ge=1)]
+PositiveFloat = Annotated[float, Field(gt=0.0)]
+Discount = Annotated[float, Field(gt=0.0, le=1.0)]
+Fraction = Annotated[float, Field(gt=0.0, le=1.0)]
+
+
+class _OffPolicySpec(AlgorithmSpec):
+    """Fields every off-policy algorithm shares."""
+
+    batch_size: PositiveInt = 64
+    """Transitions sampled from the replay buffer per learning step."""
+    learn_step: PositiveInt = 5
+    """Environment steps of one agent (over all its sub-environments) between learning steps."""
+    gamma: Discount = 0.99
+    """Discount factor."""
+    tau: Fraction = 1e-3
+    """Soft target-network update rate (1.0 copies the online network: a hard update)."""
+    normalize_images: bool = True
+    """Scale uint8 image observations to [0, 1]."""
+
+
+class DQNSpec(_OffPolicySpec):
+    """Deep Q-Network with epsilon-greedy exploration (schedule in `training.eps_*`)."""
+
+    name: Literal["DQN"] = "DQN"
+    """Algorithm name."""
+    lr: PositiveFloat = 1e-4
+    """Adam learning rate."""
+    double: bool = True
+    """Double Q-learning: the online network picks the next action, the target network rates it."""
+
+    algorithm_class: ClassVar[str] = "agile_offpolicy.dqn:DQN"
+
+
+class RainbowDQNSpec(_OffPolicySpec):
+    """Rainbow DQN: noisy nets, dueling heads, C51 distributional returns, n-step returns, PER."""
+
+    name: Literal["RainbowDQN"] = "RainbowDQN"
+    """Algorithm name."""
+    lr: PositiveFloat = 1e-4
+    """Adam learning rate."""
+    beta: Annotated[float, Field(ge=0.0, le=1.0)] = 0.4
+    """Initial importance-sampling exponent of prioritized replay (annealed to 1 over the run)."""
+    prior_eps: PositiveFloat = 1e-6
+    """Small constant added to priorities so no transition has zero probability."""
+    num_atoms: Annotated[int, Field(ge=2)] = 51
+    """Atoms of the categorical return distribution."""
+    v_min: float = -10.0
+    """Lowest return the distribution's support covers."""
+    v_max: float = 10.0
+    """Highest return the distribution's support covers."""
+    noise_std: Annotated[float, Field(ge=0.0)] = 0.5
+    """Initial standard deviation of the noisy layers."""
+    n_step: PositiveInt = 3
+    """Steps of the n-step return."""
+    combined_reward: bool = False
+    """Add the 1-step and n-step losses instead of using the n-step loss alone."""
+
+    algorithm_class: ClassVar[str] = "agile_offpolicy.rainbow_dqn:RainbowDQN"
+
+
+class DDPGSpec(_OffPolicySpec):
+    """Deep Deterministic Policy Gradient for continuous (Box) actions."""
+
+    name: Literal["DDPG"] = "DDPG"
+    """Algorithm name."""
+    lr_actor: PositiveFloat = 1e-4
+    """Adam learning rate of the actor."""
+    lr_critic: PositiveFloat = 1e-3
+    """Adam learning rate of the critic."""
+    policy_freq: PositiveInt = 2
+    """Critic updates per actor (and target) update."""
+    O_U_noise: bool = True
+    """Explore with Ornstein-Uhlenbeck noise (Gaussian noise when false)."""
+    expl_noise: Annotated[float, Field(ge=0.0)] = 0.1
+    """Scale of the exploration noise, relative to half the action range."""
+    vect_noise_dim: PositiveInt = 1
+    """Number of independent noise processes (one per sub-environment is typical)."""
+    mean_noise: float = 0.0
+    """Mean of the exploration noise."""
+    theta: Annotated[float, Field(ge=0.0)] = 0.15
+    """Mean-reversion rate of the Ornstein-Uhlenbeck process."""
+    dt: PositiveFloat = 1e-2
+    """Time step of the Ornstein-Uhlenbeck process."""
+    share_encoders: bool = False
+    """Let the critic reuse the actor's observation encoder."""
+
+    algorithm_class: ClassVar[str] = "agile_offpolicy.ddpg:DDPG"
+    mutable_by_default: ClassVar[tuple[str, ...]] = ("lr_actor", "lr_critic", "batch_size", "learn_step")
+
+
+class TD3Spec(DDPGSpec):
+    """Twin Delayed DDPG: twin critics, delayed policy updates, target policy smoothing."""
+
+    name: Literal["TD3"] = "TD3"  # type: ignore[assignment]
+    """Algorithm name."""
+    tau: Fraction = 5e-3
+    """Soft target-network update rate."""
+    policy_noise: Annotated[float, Field(ge=0.0)] = 0.2
+    """Std of the smoothing noise added to target actions, relative to half the action range
+    (agile addition)."""
+    noise_clip: Annotated[float, Field(ge=0.0)] = 0.5
+    """Clip of the target smoothing noise, relative to half the action range (agile addition)."""
+
+    algorithm_class: ClassVar[str] = "agile_offpolicy.td3:TD3"
+
+
+ALGORITHM_SPECS = (DQNSpec, RainbowDQNSpec, DDPGSpec, TD3Spec)

@@ -1,0 +1,16 @@
+"""Entry point of the on-policy paradigm (imports no torch: only specs)."""
+
+from agile_core.registry import Paradigm
+from agile_core.specs.env import GymEnvSpec
+from agile_onpolicy.specs import ALGORITHM_SPECS
+
+PARADIGM = Paradigm(
+    name="on_policy",
+    distribution="agile-onpolicy",
+    algorithms=ALGORITHM_SPECS,
+    env_spec=GymEnvSpec,
+    hooks={
+        "train_loop": "agile_onpolicy.training:train_on_policy",
+        "build_run": "agile_onpolicy.run:build_run",
+    },
+)

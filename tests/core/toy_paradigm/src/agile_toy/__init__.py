@@ -1,0 +1,1 @@
+"""A toy paradigm for the registry tests."""
