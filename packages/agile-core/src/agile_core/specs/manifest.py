@@ -253,7 +253,7 @@ def _paradigm_for(spec_class: type[AlgorithmSpec] | None) -> Any:
 
 
 def _validate_selection(data: dict[str, Any], issues: list[ManifestIssue], out: dict[str, Any]) -> None:
-    given = [key for key in SELECTION_KEYS if data.get(key) is not None]
+    given = [key for key in data if key in SELECTION_KEYS and data[key] is not None]
     if len(given) > 1:
         issues.append(ManifestIssue((given[1],), "give the selection strategy once: `selection_strategy` and `tournament_selection` are the same section"))
         return
