@@ -81,5 +81,3 @@ class MutationSpec(Spec):
     """Standard deviation of the parameter-noise mutation, relative to each weight's scale."""
     rand_seed: int | None = None
     """Seed of the mutation random generator, so the sequence of mutations is reproducible."""
-    mutate_elite: bool = True
-    """Whether the elite agent may be mutated too (it is still kept unmutated when false)."""
