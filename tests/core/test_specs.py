@@ -185,7 +185,7 @@ def test_gym_env_spec_fields():
     assert wrapped.wrappers[0].kwargs == {} and wrapped.wrappers[1].kwargs["max_episode_steps"] == 5
     assert GymEnvSpec(name="x", entrypoint="pkg.mod:Env").is_custom
     assert GymEnvSpec(name="x", path="env.py", entrypoint="MyEnv").is_custom
-    with pytest.raises(ValidationError, match="package.module:attribute"):
+    with pytest.raises(ValidationError, match=r"package\.module:attribute"):
         GymEnvSpec(name="x", entrypoint="no_colon")
     with pytest.raises(ValidationError):
         GymEnvSpec(name="x", path="env.txt")

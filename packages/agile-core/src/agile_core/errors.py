@@ -101,10 +101,7 @@ def _resolve_path(loc: Sequence[Any], data: Any) -> Path:
     current = data
     for position, part in enumerate(loc):
         last = position == len(loc) - 1
-        if isinstance(current, dict) and part in current:
-            path.append(part)
-            current = current[part]
-        elif isinstance(current, list) and isinstance(part, int) and 0 <= part < len(current):
+        if (isinstance(current, dict) and part in current) or (isinstance(current, list) and isinstance(part, int) and 0 <= part < len(current)):
             path.append(part)
             current = current[part]
         elif last:
@@ -117,9 +114,7 @@ def value_at(data: Any, path: Path) -> Any:
     """The value at `path` in nested data, or the missing marker."""
     current = data
     for part in path:
-        if isinstance(current, dict) and part in current:
-            current = current[part]
-        elif isinstance(current, list) and isinstance(part, int) and 0 <= part < len(current):
+        if (isinstance(current, dict) and part in current) or (isinstance(current, list) and isinstance(part, int) and 0 <= part < len(current)):
             current = current[part]
         else:
             return _MISSING
@@ -137,7 +132,7 @@ def issues_from_validation_error(
     for error in exc.errors(include_url=False):
         loc = tuple(error["loc"])
         if error["type"] == "field_error":
-            loc = loc + (error["ctx"]["field"],)
+            loc = (*loc, error["ctx"]["field"])
         path = _resolve_path(loc, data)
         if error["type"] == "field_error":
             path = _attach_field(path, error["ctx"]["field"], loc)

@@ -18,7 +18,6 @@ from pydantic import (
     ValidationError,
     model_validator,
 )
-
 from pydantic_core import PydanticCustomError
 
 from agile_core.errors import _MISSING as _MISSING_VALUE
@@ -170,7 +169,7 @@ def _validated_sections(data: dict[str, Any]) -> dict[str, Any]:
     allowed = {"algorithm", "environment", "network", *SELECTION_KEYS, *_FIXED_SECTIONS}
     for key in data:
         if key not in allowed:
-            issues.append(ManifestIssue((key,), _unknown_key_message(str(key), sorted(allowed - {"tournament_selection"}) + ["tournament_selection"])))
+            issues.append(ManifestIssue((key,), _unknown_key_message(str(key), [*sorted(allowed - {"tournament_selection"}), "tournament_selection"])))
     for key in ("algorithm", "environment"):
         if key not in data:
             issues.append(ManifestIssue((key,), "required section is missing"))
