@@ -1,0 +1,31 @@
+"""On-policy rollout storage: buffer, advantage estimators, sequence planning for BPTT."""
+
+from agile_onpolicy.rollout.advantages import (
+    compute_gae,
+    compute_monte_carlo,
+    normalize_advantages,
+)
+from agile_onpolicy.rollout.batches import RecurrentBatch, RolloutBatch
+from agile_onpolicy.rollout.buffer import RolloutBuffer, TruncationBootstrap
+from agile_onpolicy.rollout.sequences import (
+    SEQUENCE_TYPES,
+    SequencePlan,
+    SequenceType,
+    plan_sequences,
+)
+from agile_onpolicy.rollout.storage import TensorTree
+
+__all__ = [
+    "SEQUENCE_TYPES",
+    "RecurrentBatch",
+    "RolloutBatch",
+    "RolloutBuffer",
+    "SequencePlan",
+    "SequenceType",
+    "TensorTree",
+    "TruncationBootstrap",
+    "compute_gae",
+    "compute_monte_carlo",
+    "normalize_advantages",
+    "plan_sequences",
+]

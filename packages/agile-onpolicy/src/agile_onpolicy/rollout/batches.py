@@ -1,0 +1,65 @@
+"""Minibatch containers yielded by :class:`~agile_onpolicy.rollout.buffer.RolloutBuffer`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from agile_onpolicy.rollout.storage import TensorTree
+
+__all__ = ["RecurrentBatch", "RolloutBatch"]
+
+
+@dataclass(frozen=True)
+class RolloutBatch:
+    """A minibatch of ``B`` valid rollout rows (flattened over steps and environments).
+
+    ``obs`` and ``actions`` are tensor trees whose leaves have leading dimension ``B``;
+    the other fields are ``[B]``. ``indices`` holds the flat row index
+    ``step * num_envs + env`` of every row.
+    """
+
+    obs: TensorTree
+    actions: TensorTree
+    old_log_probs: torch.Tensor
+    old_values: torch.Tensor
+    advantages: torch.Tensor
+    returns: torch.Tensor
+    indices: torch.Tensor
+
+
+@dataclass(frozen=True)
+class RecurrentBatch:
+    """A minibatch of ``B`` sequences of ``L`` steps, time-major (``[L, B, ...]``).
+
+    Fields:
+
+    * ``obs``, ``actions``: tensor trees with leaves ``[L, B, ...]`` (zero on padding);
+    * ``old_log_probs``, ``old_values``, ``advantages``, ``returns``: ``[L, B]``;
+    * ``initial_hidden``: the stored recurrent state at each sequence's first step, in
+      the policy's convention (batch axis of size ``B`` at ``hidden_batch_dim``);
+    * ``episode_starts``: ``[L, B]`` bool, True where an episode begins: the policy
+      must zero its state *before* processing that step;
+    * ``step_mask``: ``[L, B]`` bool, False on padding;
+    * ``valid_mask``: ``step_mask`` and not an autoreset row;
+    * ``loss_mask``: ``valid_mask`` restricted to steps owned by this sequence (differs
+      from ``valid_mask`` only on the burn-in half of overlapping sequences); use it to
+      weight the loss so each valid row counts exactly once per epoch;
+    * ``time_indices``: ``[L, B]`` rollout step of each entry (-1 on padding);
+    * ``env_indices``: ``[B]`` environment of each sequence.
+    """
+
+    obs: TensorTree
+    actions: TensorTree
+    old_log_probs: torch.Tensor
+    old_values: torch.Tensor
+    advantages: torch.Tensor
+    returns: torch.Tensor
+    initial_hidden: TensorTree
+    episode_starts: torch.Tensor
+    step_mask: torch.Tensor
+    valid_mask: torch.Tensor
+    loss_mask: torch.Tensor
+    time_indices: torch.Tensor
+    env_indices: torch.Tensor
