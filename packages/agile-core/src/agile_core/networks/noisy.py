@@ -1,0 +1,108 @@
+"""NoisyLinear: a linear layer with learnable factorised Gaussian parameter noise (NoisyNets)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.utils import skip_init
+
+from agile_core.networks.resize import IndexMap, new_units, remap, uniform
+
+
+def _scaled_noise(size: int, like: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """f(x) = sign(x) * sqrt(|x|) of standard normal samples (Fortunato et al., 2018); nothing is
+    drawn for a meta tensor."""
+    if like.device.type == "meta":
+        return torch.empty(size, device="meta", dtype=like.dtype)
+    noise = torch.randn(size, generator=generator, dtype=torch.float64)
+    return (noise.sign() * noise.abs().sqrt()).to(device=like.device, dtype=like.dtype)
+
+
+class NoisyLinear(nn.Module):
+    """``y = (mu_w + sigma_w * eps_w) x + mu_b + sigma_b * eps_b`` with ``eps_w = f(eps_out) f(eps_in)^T``.
+
+    Noise is applied in training mode only; evaluation mode uses the mean weights. The factor
+    vectors are persistent buffers so a clone or a state-dict copy reproduces the same noise.
+    """
+
+    eps_in: torch.Tensor
+    eps_out: torch.Tensor
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        std_init: float = 0.5,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        self.in_features = in_features
+        self.out_features = out_features
+        self.std_init = float(std_init)
+        kwargs = {"device": device, "dtype": dtype}
+        self.weight_mu = nn.Parameter(torch.empty(out_features, in_features, **kwargs))  # type: ignore[arg-type]
+        self.weight_sigma = nn.Parameter(torch.empty(out_features, in_features, **kwargs))  # type: ignore[arg-type]
+        self.bias_mu = nn.Parameter(torch.empty(out_features, **kwargs))  # type: ignore[arg-type]
+        self.bias_sigma = nn.Parameter(torch.empty(out_features, **kwargs))  # type: ignore[arg-type]
+        self.register_buffer("eps_in", torch.zeros(in_features, **kwargs))  # type: ignore[arg-type]
+        self.register_buffer("eps_out", torch.zeros(out_features, **kwargs))  # type: ignore[arg-type]
+        self.reset_parameters()
+        self.reset_noise()
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The mean weight (what evaluation mode uses)."""
+        return self.weight_mu
+
+    def _sigma_value(self) -> float:
+        return self.std_init / math.sqrt(max(self.in_features, 1))
+
+    def reset_parameters(self, generator: torch.Generator | None = None) -> None:
+        """Means ~ U(-1/sqrt(in), 1/sqrt(in)); sigmas = std_init / sqrt(in)."""
+        bound = 1.0 / math.sqrt(max(self.in_features, 1))
+        with torch.no_grad():
+            self.weight_mu.copy_(uniform(self.weight_mu.shape, bound, self.weight_mu, generator))
+            self.bias_mu.copy_(uniform(self.bias_mu.shape, bound, self.bias_mu, generator))
+            self.weight_sigma.fill_(self._sigma_value())
+            self.bias_sigma.fill_(self._sigma_value())
+
+    def reset_noise(self, generator: torch.Generator | None = None) -> None:
+        """Draw fresh factorised noise."""
+        self.eps_in.copy_(_scaled_noise(self.in_features, self.weight_mu, generator))
+        self.eps_out.copy_(_scaled_noise(self.out_features, self.weight_mu, generator))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Noisy affine map in training mode, mean affine map in evaluation mode."""
+        if not self.training:
+            return F.linear(x, self.weight_mu, self.bias_mu)
+        weight = self.weight_mu + self.weight_sigma * torch.outer(self.eps_out, self.eps_in)
+        bias = self.bias_mu + self.bias_sigma * self.eps_out
+        return F.linear(x, weight, bias)
+
+    def resized(self, in_map: IndexMap, out_map: IndexMap, generator: torch.Generator | None = None) -> NoisyLinear:
+        """A copy resized by index maps: new inputs get zero mean and zero sigma (no contribution),
+        new outputs default initial values; the surviving noise factors are kept."""
+        like = self.weight_mu
+        new = skip_init(NoisyLinear, len(in_map), len(out_map), self.std_init, device=like.device, dtype=like.dtype)
+        new.train(self.training)
+        fresh = skip_init(NoisyLinear, len(in_map), len(out_map), self.std_init, device=like.device, dtype=like.dtype)
+        if new_units(in_map) or new_units(out_map):
+            fresh.reset_parameters(generator)
+            fresh.reset_noise(generator)
+        with torch.no_grad():
+            new.weight_mu.copy_(remap(remap(self.weight_mu, 1, in_map), 0, out_map, fresh.weight_mu))
+            new.weight_sigma.copy_(remap(remap(self.weight_sigma, 1, in_map), 0, out_map, fresh.weight_sigma))
+            new.bias_mu.copy_(remap(self.bias_mu, 0, out_map, fresh.bias_mu))
+            new.bias_sigma.copy_(remap(self.bias_sigma, 0, out_map, fresh.bias_sigma))
+        new.eps_in = remap(self.eps_in, 0, in_map, fresh.eps_in)
+        new.eps_out = remap(self.eps_out, 0, out_map, fresh.eps_out)
+        return new
+
+    def extra_repr(self) -> str:
+        """Sizes and initial noise scale."""
+        return f"in_features={self.in_features}, out_features={self.out_features}, std_init={self.std_init}"
