@@ -1,0 +1,250 @@
+"""The agent API every paradigm implements, and the generic machinery behind mutation and cloning.
+
+An algorithm declares its networks (which one is the policy, which follow its architecture),
+its optimizers (which networks, which learning-rate attribute) and its mutable hyperparameters.
+Mutation, cloning, weight migration and checkpoints then work for every algorithm alike.
+"""
+
+from __future__ import annotations
+
+import copy
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Self
+
+import numpy as np
+import torch
+from torch import nn
+
+from agile_core.hpo.hyperparameters import HyperparameterConfig, RLParameter
+from agile_core.hpo.lineage import Lineage
+from agile_core.networks.base import EvolvableModule, MutationError
+
+
+@dataclass
+class OptimizerSlot:
+    """An optimizer attribute of an algorithm: the networks it trains and its learning-rate attribute."""
+
+    attr: str
+    networks: tuple[str, ...]
+    lr_attr: str
+    factory: Callable[..., torch.optim.Optimizer] = torch.optim.Adam
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NetworkGroup:
+    """A policy network and the networks that repeat its architecture mutations."""
+
+    policy: str
+    followers: tuple[str, ...] = ()
+
+
+class EvolvableAlgorithm(ABC):
+    """Base of every agent: fitness, lineage, declared networks/optimizers/hyperparameters."""
+
+    hyperparameter_names: ClassVar[tuple[str, ...]] = ()
+    """Hyperparameters stored as attributes (saved in checkpoints, shown in reports)."""
+
+    def __init__(self, *, index: int = 0, hp_config: HyperparameterConfig | None = None,
+                 device: str | torch.device = "cpu") -> None:
+        self.index = index
+        self.device = torch.device(device)
+        self.hp_config = hp_config or HyperparameterConfig()
+        self.fitness: list[float] = []
+        self.scores: list[float] = []
+        self.steps = 0
+        self.learn_counter = 0
+        self.lineage = Lineage(id=index)
+        self.mut = "None"
+        self._groups: list[NetworkGroup] = []
+        self._optimizers: list[OptimizerSlot] = []
+
+    # ------------------------------------------------------------------ declarations
+    def register_network_group(self, policy: str, *followers: str) -> None:
+        """Declare `policy` (mutated) and the networks that replay its architecture changes."""
+        self._groups.append(NetworkGroup(policy, tuple(followers)))
+
+    def register_optimizer(self, attr: str, networks: Sequence[str], lr_attr: str,
+                           factory: Callable[..., torch.optim.Optimizer] = torch.optim.Adam,
+                           **kwargs: Any) -> None:
+        """Create `self.<attr>` over the parameters of `networks` with learning rate `self.<lr_attr>`."""
+        slot = OptimizerSlot(attr, tuple(networks), lr_attr, factory, kwargs)
+        self._optimizers.append(slot)
+        setattr(self, attr, self._build_optimizer(slot))
+
+    def _build_optimizer(self, slot: OptimizerSlot) -> torch.optim.Optimizer:
+        params = _unique_params(getattr(self, name) for name in slot.networks)
+        return slot.factory(params, lr=float(getattr(self, slot.lr_attr)), **slot.kwargs)
+
+    @property
+    def network_names(self) -> list[str]:
+        """Every registered network (policies first)."""
+        names: list[str] = []
+        for group in self._groups:
+            names.extend(n for n in (group.policy, *group.followers) if n not in names)
+        return names
+
+    @property
+    def policy_name(self) -> str:
+        """The network whose mutations every other one follows."""
+        return self._groups[0].policy
+
+    def hyperparameters(self) -> dict[str, Any]:
+        """Current values of the declared hyperparameters."""
+        return {name: getattr(self, name) for name in self.hyperparameter_names}
+
+    # ------------------------------------------------------------------ agent API
+    @abstractmethod
+    def get_action(self, obs: Any, *args: Any, **kwargs: Any) -> Any:
+        """Choose actions for a batch of observations."""
+
+    @abstractmethod
+    def learn(self, *args: Any, **kwargs: Any) -> Any:
+        """One learning update; returns the losses."""
+
+    @abstractmethod
+    def test(self, env: Any, *args: Any, **kwargs: Any) -> float:
+        """Greedy evaluation; appends the score to `fitness` and returns it."""
+
+    # ------------------------------------------------------------------ cloning and migration
+    def clone(self, index: int | None = None, wrap: bool = True) -> Self:
+        """A deep, independent copy; with a new `index` the clone's lineage names this agent as parent."""
+        twin = copy.deepcopy(self)
+        if index is not None and index != self.index:
+            twin.index = index
+            twin.lineage = self.lineage.child(index, generation=self.lineage.generation_born)
+        return twin
+
+    def copy_weights_from(self, other: EvolvableAlgorithm) -> None:
+        """Take `other`'s networks (architecture and weights), keeping own hyperparameters."""
+        for name in self.network_names:
+            source: EvolvableModule = getattr(other, name)
+            mine: EvolvableModule = getattr(self, name)
+            if mine.config == source.config:
+                mine.load_state_dict(source.state_dict())
+            else:
+                setattr(self, name, source.clone())
+        self.rebuild_optimizers(keep_state=False)
+        self.after_architecture_change()
+
+    # ------------------------------------------------------------------ mutations
+    def mutate_architecture(self, rng: np.random.Generator, new_layer_prob: float) -> dict[str, Any] | None:
+        """One layer (probability `new_layer_prob`) or node change on the policy, replayed on followers."""
+        policy: EvolvableModule = getattr(self, self.policy_name)
+        first, second = ("layer", "node") if rng.random() < new_layer_prob else ("node", "layer")
+        names = policy.mutation_methods(first) or policy.mutation_methods(second)
+        if not names:
+            return None
+        name = names[int(rng.integers(len(names)))]
+        return self.apply_architecture_mutation(name, rng)
+
+    def mutate_activation(self, rng: np.random.Generator) -> dict[str, Any] | None:
+        """Change the activation of the policy (and the networks that follow it)."""
+        names = getattr(self, self.policy_name).mutation_methods("activation")
+        if not names:
+            return None
+        return self.apply_architecture_mutation(names[int(rng.integers(len(names)))], rng)
+
+    def apply_architecture_mutation(self, name: str, rng: np.random.Generator | None = None,
+                                    **kwargs: Any) -> dict[str, Any]:
+        """Apply mutation `name` to each policy (parameters sampled once, from `rng`, unless given),
+        replay it on the followers, then rebuild the optimizers keeping unchanged state."""
+        before = self._named_parameters()
+        applied: dict[str, Any] = {"mutation": name, "networks": []}
+        for group in self._groups:
+            policy: EvolvableModule = getattr(self, group.policy)
+            if name not in policy.mutation_methods():
+                continue
+            resolved = policy.mutate(name, rng, **(applied.get("kwargs") or kwargs))
+            applied.setdefault("kwargs", resolved)
+            applied["networks"].append(group.policy)
+            for follower in group.followers:
+                self._replay(follower, name, applied["kwargs"], applied["networks"])
+        self.rebuild_optimizers(keep_state=True, previous=before)
+        self.after_architecture_change()
+        return applied
+
+    def _replay(self, network: str, name: str, kwargs: dict[str, Any], done: list[str]) -> None:
+        module: EvolvableModule = getattr(self, network)
+        try:
+            module.mutate(name, **kwargs)
+        except MutationError:
+            return
+        done.append(network)
+
+    def mutate_parameters(self, rng: np.random.Generator, sd: float) -> None:
+        """Add Gaussian noise of scale `sd` x (each tensor's std) to the policy's weights."""
+        generator = torch.Generator().manual_seed(int(rng.integers(0, 2**62)))
+        policy: nn.Module = getattr(self, self.policy_name)
+        with torch.no_grad():
+            for param in policy.parameters():
+                if not param.is_floating_point() or param.numel() < 2:
+                    continue
+                scale = float(param.detach().std()) or 1.0
+                noise = torch.randn(param.shape, generator=generator, dtype=param.dtype)
+                param.add_(noise.to(param.device) * sd * scale)
+
+    def mutate_hyperparameter(self, rng: np.random.Generator) -> dict[str, Any] | None:
+        """Grow or shrink one hyperparameter of `hp_config` within its range."""
+        if not self.hp_config:
+            return None
+        parameter: RLParameter = self.hp_config.sample(rng)
+        old = getattr(self, parameter.name)
+        new = parameter.mutate(old, rng)
+        self.set_hyperparameter(parameter.name, new)
+        return {"hyperparameter": parameter.name, "old": old, "new": new}
+
+    def set_hyperparameter(self, name: str, value: Any) -> None:
+        """Set a hyperparameter; a learning rate also updates its optimizer in place."""
+        setattr(self, name, value)
+        for slot in self._optimizers:
+            if slot.lr_attr == name:
+                for group in getattr(self, slot.attr).param_groups:
+                    group["lr"] = float(value)
+
+    def rebuild_optimizers(self, keep_state: bool, previous: dict[str, nn.Parameter] | None = None) -> None:
+        """Recreate every optimizer for the current parameters, keeping the state of unchanged ones."""
+        for slot in self._optimizers:
+            old: torch.optim.Optimizer = getattr(self, slot.attr)
+            new = self._build_optimizer(slot)
+            if keep_state:
+                _transfer_state(old, new, previous or {}, self._named_parameters())
+            setattr(self, slot.attr, new)
+
+    def _named_parameters(self) -> dict[str, nn.Parameter]:
+        return {
+            f"{name}.{pname}": param
+            for name in self.network_names
+            for pname, param in getattr(self, name).named_parameters()
+        }
+
+    def after_architecture_change(self) -> None:  # noqa: B027 - optional hook, empty by default
+        """Hook for algorithms that cache something tied to the architecture (noise buffers...)."""
+
+
+def _unique_params(modules: Iterable[nn.Module]) -> list[nn.Parameter]:
+    seen: dict[int, nn.Parameter] = {}
+    for module in modules:
+        for param in module.parameters():
+            seen.setdefault(id(param), param)
+    return list(seen.values())
+
+
+def _transfer_state(old: torch.optim.Optimizer, new: torch.optim.Optimizer,
+                    before: dict[str, nn.Parameter], after: dict[str, nn.Parameter]) -> None:
+    """Copy per-parameter optimizer state to the new optimizer where the parameter survived.
+
+    A parameter survives when it is the same tensor object, or when the same name has the same
+    shape (a module that was rebuilt without changing that tensor).
+    """
+    by_name_before = {name: param for name, param in before.items()}
+    for name, param in after.items():
+        source = param if param in old.state else None
+        if source is None and name in by_name_before:
+            candidate = by_name_before[name]
+            if candidate.shape == param.shape and candidate in old.state:
+                source = candidate
+        if source is not None:
+            new.state[param] = copy.deepcopy(old.state[source])
