@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import copy
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
 import numpy as np
 import torch
+from gymnasium import spaces
 from torch import nn
+
+from agile_core.algorithms.spaces import UnsupportedSpaceError, check_agent_spaces, check_space
 
 from agile_core.hpo.hyperparameters import HyperparameterConfig, RLParameter
 from agile_core.hpo.lineage import Lineage
@@ -222,6 +225,46 @@ class EvolvableAlgorithm(ABC):
 
     def after_architecture_change(self) -> None:  # noqa: B027 - optional hook, empty by default
         """Hook for algorithms that cache something tied to the architecture (noise buffers...)."""
+
+
+class SingleAgentAlgorithm(EvolvableAlgorithm):
+    """An agent acting in one Gymnasium environment; checks its spaces at construction."""
+
+    supported_observation_spaces: ClassVar[tuple[type[spaces.Space], ...]] = (
+        spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary, spaces.Dict, spaces.Tuple,
+    )
+    supported_action_spaces: ClassVar[tuple[type[spaces.Space], ...]] = ()
+
+    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, **kwargs: Any) -> None:
+        check_space(type(self).__name__, "observation space", observation_space, self.supported_observation_spaces)
+        check_space(type(self).__name__, "action space", action_space, self.supported_action_spaces)
+        super().__init__(**kwargs)
+        self.observation_space = observation_space
+        self.action_space = action_space
+
+
+class MultiAgentAlgorithm(EvolvableAlgorithm):
+    """Agents acting together in a PettingZoo Parallel environment, one space per agent id."""
+
+    supported_observation_spaces: ClassVar[tuple[type[spaces.Space], ...]] = (
+        spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary, spaces.Dict, spaces.Tuple,
+    )
+    supported_action_spaces: ClassVar[tuple[type[spaces.Space], ...]] = ()
+
+    def __init__(self, observation_spaces: Mapping[str, spaces.Space], action_spaces: Mapping[str, spaces.Space],
+                 **kwargs: Any) -> None:
+        name = type(self).__name__
+        check_agent_spaces(name, "observation space", observation_spaces, self.supported_observation_spaces)
+        check_agent_spaces(name, "action space", action_spaces, self.supported_action_spaces)
+        if set(observation_spaces) != set(action_spaces):
+            raise UnsupportedSpaceError(
+                f"{name}: observation and action spaces name different agents "
+                f"({sorted(observation_spaces)} vs {sorted(action_spaces)})"
+            )
+        super().__init__(**kwargs)
+        self.agent_ids = list(observation_spaces)
+        self.observation_spaces = dict(observation_spaces)
+        self.action_spaces = dict(action_spaces)
 
 
 def _unique_params(modules: Iterable[nn.Module]) -> list[nn.Parameter]:
