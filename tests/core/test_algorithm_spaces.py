@@ -49,7 +49,7 @@ def test_unsupported_action_space_is_named():
 
 
 def test_non_space_is_rejected():
-    with pytest.raises(UnsupportedSpaceError, match="must be a gymnasium.spaces.Space, got int"):
+    with pytest.raises(UnsupportedSpaceError, match=r"must be a gymnasium\.spaces\.Space, got int"):
         DiscreteOnly(4, spaces.Discrete(2))
 
 

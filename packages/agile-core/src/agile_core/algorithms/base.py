@@ -19,7 +19,6 @@ from gymnasium import spaces
 from torch import nn
 
 from agile_core.algorithms.spaces import UnsupportedSpaceError, check_agent_spaces, check_space
-
 from agile_core.hpo.hyperparameters import HyperparameterConfig, RLParameter
 from agile_core.hpo.lineage import Lineage
 from agile_core.networks.base import EvolvableModule, MutationError
