@@ -83,7 +83,7 @@ class ManifestError(ValueError):
         return "\n".join(issue.format(self.filename) for issue in self.issues)
 
 
-def _message(error: dict[str, Any]) -> str:
+def _message(error: Any) -> str:
     kind = error["type"]
     message = str(error["msg"])
     for prefix in ("Value error, ", "Assertion failed, "):
@@ -114,7 +114,9 @@ def value_at(data: Any, path: Path) -> Any:
     """The value at `path` in nested data, or the missing marker."""
     current = data
     for part in path:
-        if (isinstance(current, dict) and part in current) or (isinstance(current, list) and isinstance(part, int) and 0 <= part < len(current)):
+        if isinstance(current, dict) and part in current:
+            current = current[part]
+        elif isinstance(current, list) and isinstance(part, int) and 0 <= part < len(current):
             current = current[part]
         else:
             return _MISSING

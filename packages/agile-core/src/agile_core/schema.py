@@ -26,6 +26,7 @@ def manifest_json_schema() -> dict[str, Any]:
     )
     env_type: Any = Union[envs] if envs else dict[str, Any]  # noqa: UP007
     selection_doc = "Selection strategy: tournament (default) or multi_frequency (MF-PBT)."
+    network_type: Any = Union[networks] | None  # noqa: UP007
     model = create_model(
         "TrainingManifest",
         __base__=Spec,
@@ -33,7 +34,7 @@ def manifest_json_schema() -> dict[str, Any]:
         algorithm=(algorithm_type, Field(description="Algorithm name and hyperparameters.")),
         environment=(env_type, Field(description="Environment section of the algorithm's paradigm.")),
         training=(TrainingSpec | None, Field(None, description="Training loop and population.")),
-        network=(Union[networks] | None, Field(None, description="Network architecture.")),  # noqa: UP007
+        network=(network_type, Field(None, description="Network architecture.")),
         mutation=(MutationSpec | None, Field(None, description="Mutation operators and ranges.")),
         selection_strategy=(SelectionStrategySpec | None, Field(None, description=selection_doc)),
         tournament_selection=(SelectionStrategySpec | None, Field(None, description=selection_doc)),

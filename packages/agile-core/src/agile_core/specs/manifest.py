@@ -267,7 +267,9 @@ def _validate_selection(data: dict[str, Any], issues: list[ManifestIssue], out: 
         issues.append(ManifestIssue((key,), "must be a mapping (tournament_size, elitism, or an MF-PBT layout)", value))
         return
     strategy = value.get("strategy", "tournament")
-    spec = {"tournament": TournamentSelectionSpec, "multi_frequency": MultiFrequencySelectionSpec}.get(strategy)
+    specs: dict[str, type[BaseModel]] = {"tournament": TournamentSelectionSpec,
+                                         "multi_frequency": MultiFrequencySelectionSpec}
+    spec = specs.get(strategy)
     if spec is None:
         issues.append(ManifestIssue((key, "strategy"), "must be 'tournament' or 'multi_frequency'", strategy))
         return
