@@ -8,7 +8,10 @@ Mutation, cloning, weight migration and checkpoints then work for every algorith
 from __future__ import annotations
 
 import copy
+import functools
+import inspect
 from abc import ABC, abstractmethod
+from pathlib import Path
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
@@ -22,6 +25,25 @@ from agile_core.algorithms.spaces import UnsupportedSpaceError, check_agent_spac
 from agile_core.hpo.hyperparameters import HyperparameterConfig, RLParameter
 from agile_core.hpo.lineage import Lineage
 from agile_core.networks.base import EvolvableModule, MutationError
+
+
+def _recording_init(init: Callable[..., None]) -> Callable[..., None]:
+    """Wrap `__init__` so the outermost call records its arguments (for checkpoints)."""
+    signature = inspect.signature(init)
+
+    @functools.wraps(init)
+    def wrapper(self: EvolvableAlgorithm, *args: Any, **kwargs: Any) -> None:
+        if "_init_args" not in self.__dict__:
+            bound = signature.bind(self, *args, **kwargs)
+            bound.apply_defaults()
+            arguments = dict(bound.arguments)
+            arguments.pop("self", None)
+            extra = arguments.pop(next((p.name for p in signature.parameters.values()
+                                        if p.kind is inspect.Parameter.VAR_KEYWORD), "__none__"), {})
+            self.__dict__["_init_args"] = {**arguments, **extra}
+        init(self, *args, **kwargs)
+
+    return wrapper
 
 
 @dataclass
@@ -48,6 +70,12 @@ class EvolvableAlgorithm(ABC):
 
     hyperparameter_names: ClassVar[tuple[str, ...]] = ()
     """Hyperparameters stored as attributes (saved in checkpoints, shown in reports)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is not None:
+            cls.__init__ = _recording_init(init)  # type: ignore[method-assign]
 
     def __init__(self, *, index: int = 0, hp_config: HyperparameterConfig | None = None,
                  device: str | torch.device = "cpu") -> None:
@@ -224,6 +252,52 @@ class EvolvableAlgorithm(ABC):
 
     def after_architecture_change(self) -> None:  # noqa: B027 - optional hook, empty by default
         """Hook for algorithms that cache something tied to the architecture (noise buffers...)."""
+
+    # ------------------------------------------------------------------ checkpoints
+    def extra_state(self) -> dict[str, Any]:
+        """JSON state of the algorithm beyond networks and hyperparameters (exploration...)."""
+        return {}
+
+    def extra_tensors(self) -> dict[str, Any]:
+        """Tensor state of the algorithm beyond networks and optimizers (noise processes...)."""
+        return {}
+
+    def load_extra_state(self, state: dict[str, Any], tensors: dict[str, Any]) -> None:  # noqa: B027
+        """Restore what `extra_state` and `extra_tensors` saved."""
+
+    def save_checkpoint(self, path: str | Path) -> Path:
+        """Write this agent (architecture as mutated, weights, optimizers, state) to `path`."""
+        from agile_core.algorithms.persistence import save_agent
+
+        return save_agent(self, path)
+
+    @classmethod
+    def load(cls, path: str | Path, device: str | torch.device = "cpu") -> EvolvableAlgorithm:
+        """A new agent rebuilt from a checkpoint, with its saved (mutated) architecture and state."""
+        from agile_core.algorithms.persistence import algorithm_class, decode_argument, read_agent, restore_agent
+
+        meta, tensors = read_agent(path, device)
+        klass = algorithm_class(str(meta["algorithm"]), cls)
+        args = decode_argument(meta["init_args"], device)
+        if "device" in inspect.signature(klass.__init__).parameters:
+            args["device"] = device
+        agent = klass(**args)
+        restore_agent(agent, meta, tensors)
+        return agent
+
+    def load_checkpoint(self, path: str | Path) -> None:
+        """Resume: replace this agent's networks, optimizers, hyperparameters and state with the saved ones."""
+        from agile_core.algorithms.persistence import read_agent, restore_agent
+
+        meta, tensors = read_agent(path, self.device)
+        restore_agent(self, meta, tensors)
+
+    def load_weights(self, path: str | Path) -> None:
+        """Warm start: take the saved architecture and weights only (fresh optimizers, own hyperparameters)."""
+        from agile_core.algorithms.persistence import read_agent, restore_agent
+
+        meta, tensors = read_agent(path, self.device)
+        restore_agent(self, meta, tensors, weights_only=True)
 
 
 class SingleAgentAlgorithm(EvolvableAlgorithm):

@@ -41,3 +41,43 @@ def check_agent_spaces(algorithm: str, role: str, per_agent: Mapping[str, Any],
         raise UnsupportedSpaceError(f"{algorithm}: {role} needs one space per agent id, got none")
     for agent_id, space in per_agent.items():
         check_space(algorithm, f"{role} of agent '{agent_id}'", space, supported)
+
+
+def space_to_dict(space: spaces.Space) -> dict[str, Any]:
+    """A JSON description of a Gymnasium space (Box, Discrete, MultiDiscrete, MultiBinary, Dict, Tuple)."""
+    if isinstance(space, spaces.Box):
+        return {"kind": "Box", "low": space.low.tolist(), "high": space.high.tolist(),
+                "shape": list(space.shape), "dtype": str(space.dtype)}
+    if isinstance(space, spaces.Discrete):
+        return {"kind": "Discrete", "n": int(space.n), "start": int(space.start)}
+    if isinstance(space, spaces.MultiDiscrete):
+        return {"kind": "MultiDiscrete", "nvec": space.nvec.tolist(), "dtype": str(space.dtype)}
+    if isinstance(space, spaces.MultiBinary):
+        return {"kind": "MultiBinary", "n": space.n if isinstance(space.n, int) else list(space.n)}
+    if isinstance(space, spaces.Dict):
+        return {"kind": "Dict", "spaces": {key: space_to_dict(sub) for key, sub in space.spaces.items()}}
+    if isinstance(space, spaces.Tuple):
+        return {"kind": "Tuple", "spaces": [space_to_dict(sub) for sub in space.spaces]}
+    raise UnsupportedSpaceError(f"cannot serialise space {space_name(space)}")
+
+
+def space_from_dict(data: Mapping[str, Any]) -> spaces.Space:
+    """Inverse of `space_to_dict`."""
+    import numpy as np
+
+    kind = data.get("kind")
+    if kind == "Box":
+        dtype = np.dtype(data["dtype"])
+        return spaces.Box(np.asarray(data["low"], dtype=dtype), np.asarray(data["high"], dtype=dtype),
+                          shape=tuple(data["shape"]), dtype=dtype)
+    if kind == "Discrete":
+        return spaces.Discrete(int(data["n"]), start=int(data.get("start", 0)))
+    if kind == "MultiDiscrete":
+        return spaces.MultiDiscrete(np.asarray(data["nvec"]), dtype=np.dtype(data["dtype"]))
+    if kind == "MultiBinary":
+        return spaces.MultiBinary(data["n"])
+    if kind == "Dict":
+        return spaces.Dict({key: space_from_dict(sub) for key, sub in data["spaces"].items()})
+    if kind == "Tuple":
+        return spaces.Tuple(tuple(space_from_dict(sub) for sub in data["spaces"]))
+    raise UnsupportedSpaceError(f"unknown space kind {kind!r} in checkpoint")
