@@ -161,3 +161,25 @@ def test_wrong_algorithm_and_non_checkpoint_are_refused(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(CheckpointError):
         TinyQ.load(tmp_path / "empty")
+
+
+def test_population_checkpoint_round_trip(tmp_path):
+    from agile_core.algorithms.persistence import load_population, population_state
+    from agile_core.checkpoint import CheckpointManager
+
+    agents = [trained_agent(), TinyQ(OBS, ACT, index=5, seed=4)]
+    agents[1].apply_architecture_mutation("head.add_layer", np.random.default_rng(1))
+    meta, parts = population_state(agents, evolution={"generation": 3}, loop={"global_step": 99},
+                                   buffers={"agent_0": {"obs": np.zeros((4, 4), np.float32), "ptr": 2}})
+    manager = CheckpointManager(tmp_path / "ckpts")
+    manager.save(99, parts, meta)
+    torch.rand(3)  # advance the global RNG; restoring must rewind it
+    restored = load_population(manager.latest())
+    assert [a.index for a in restored.agents] == [3, 5]
+    assert restored.evolution == {"generation": 3} and restored.loop == {"global_step": 99}
+    assert restored.buffers["agent_0"]["ptr"] == 2
+    assert restored.agents[1].actor.config == agents[1].actor.config
+    for mine, theirs in zip(agents, restored.agents, strict=True):
+        assert mine.learn(batch(4)) == theirs.learn(batch(4))
+    warm = load_population(manager.latest(), weights_only=True)
+    assert warm.agents[0].fitness == [] and warm.agents[0].optimizer.state == {}
