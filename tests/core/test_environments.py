@@ -26,8 +26,13 @@ def test_wrappers_and_config_force_sync_sub_envs():
     env = make_vector_env(spec)
     assert isinstance(env, SyncVectorEnv)
     env.reset(seed=0)
-    for _ in range(8):
+    ended_at = None
+    for step in range(1, 8):
         _, _, terminated, truncated, _ = env.step(np.zeros(2, dtype=np.int64))
+        if (terminated | truncated).any():
+            ended_at = step
+            break
+    assert ended_at is not None and ended_at <= 7  # the config's episode limit took effect
     env.close()
 
 

@@ -279,7 +279,7 @@ class EvolvableAlgorithm(ABC):
         meta, tensors = read_agent(path, device)
         klass = algorithm_class(str(meta["algorithm"]), cls)
         args = decode_argument(meta["init_args"], device)
-        if "device" in inspect.signature(klass.__init__).parameters:
+        if "device" in inspect.signature(klass).parameters:
             args["device"] = device
         agent = klass(**args)
         restore_agent(agent, meta, tensors)

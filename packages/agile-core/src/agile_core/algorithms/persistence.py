@@ -171,7 +171,7 @@ def _registered_specs() -> list[Any]:
 
 
 def _subclasses(cls: type) -> list[type]:
-    found = []
+    found: list[type] = []
     for sub in cls.__subclasses__():
         found.append(sub)
         found.extend(_subclasses(sub))

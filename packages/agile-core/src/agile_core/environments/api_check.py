@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 from gymnasium import spaces
-from gymnasium.vector import VectorEnv
 
 
 class EnvironmentAPIError(ValueError):
