@@ -172,7 +172,8 @@ def _registered_specs() -> list[Any]:
 
 def _subclasses(cls: type) -> list[type]:
     found: list[type] = []
-    for sub in cls.__subclasses__():
+    subclasses: list[type] = cls.__subclasses__()
+    for sub in subclasses:
         found.append(sub)
         found.extend(_subclasses(sub))
     return found
