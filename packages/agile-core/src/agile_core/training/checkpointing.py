@@ -1,0 +1,62 @@
+"""Periodic population checkpoints during training, and resuming a run from one."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from agile_core.algorithms.persistence import (
+    PopulationCheckpoint,
+    load_population,
+    population_state,
+)
+from agile_core.checkpoint import CheckpointError, CheckpointManager, is_complete_checkpoint
+
+
+class RunCheckpointer:
+    """Saves the whole run every `every` steps (per agent) under `path`, numbered or overwritten."""
+
+    def __init__(self, path: str | Path | None, every: int | None = None, overwrite: bool = False,
+                 save_buffers: bool = False) -> None:
+        self.root = Path(path) if path is not None else None
+        self.every = every
+        self.save_buffers = save_buffers
+        self.manager = CheckpointManager(self.root, overwrite=overwrite) if self.root is not None else None
+        self._last_saved_block = -1
+
+    def due(self, step: int) -> bool:
+        """Whether `step` crossed into a new block of `every` steps since the last save."""
+        if self.manager is None or not self.every:
+            return False
+        return step // self.every > self._last_saved_block
+
+    def save(self, step: int, agents: list[Any], evolution: Mapping[str, Any], loop: Mapping[str, Any],
+             buffers: Mapping[str, Any] | None = None) -> Path | None:
+        """Write a checkpoint now (atomically); returns its directory."""
+        if self.manager is None:
+            return None
+        metadata, parts = population_state(agents, evolution, loop, buffers if self.save_buffers else None)
+        path = self.manager.save(step, parts, metadata)
+        if self.every:
+            self._last_saved_block = step // self.every
+        return path
+
+
+def resolve_run_checkpoint(path: str | Path) -> Path:
+    """A checkpoint directory, or the latest complete checkpoint inside a checkpoint folder."""
+    target = Path(path)
+    if is_complete_checkpoint(target):
+        return target
+    if target.is_dir():
+        numbered = CheckpointManager(target).latest()
+        overwritten = CheckpointManager(target, overwrite=True).latest()
+        candidates = [p for p in (numbered, overwritten) if p is not None]
+        if candidates:
+            return max(candidates, key=lambda p: p.stat().st_mtime_ns)
+    raise CheckpointError(str(path), "no complete checkpoint found here")
+
+
+def resume_run(path: str | Path, device: str = "cpu", weights_only: bool = False) -> PopulationCheckpoint:
+    """Load a run checkpoint for `resume_from_checkpoint` (or, weights only, `load_weights_from`)."""
+    return load_population(resolve_run_checkpoint(path), device=device, weights_only=weights_only)
