@@ -156,7 +156,7 @@ def test_wrong_algorithm_and_non_checkpoint_are_refused(tmp_path):
     class OtherQ(TinyQ):
         pass
 
-    with pytest.raises(CheckpointError, match="not .*OtherQ"):
+    with pytest.raises(CheckpointError, match=r"not .*OtherQ"):
         OtherQ(OBS, ACT).load_checkpoint(tmp_path / "a")
     (tmp_path / "empty").mkdir()
     with pytest.raises(CheckpointError):

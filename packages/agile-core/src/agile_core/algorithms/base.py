@@ -11,9 +11,9 @@ import copy
 import functools
 import inspect
 from abc import ABC, abstractmethod
-from pathlib import Path
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, Self
 
 import numpy as np
@@ -274,7 +274,12 @@ class EvolvableAlgorithm(ABC):
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device = "cpu") -> EvolvableAlgorithm:
         """A new agent rebuilt from a checkpoint, with its saved (mutated) architecture and state."""
-        from agile_core.algorithms.persistence import algorithm_class, decode_argument, read_agent, restore_agent
+        from agile_core.algorithms.persistence import (
+            algorithm_class,
+            decode_argument,
+            read_agent,
+            restore_agent,
+        )
 
         meta, tensors = read_agent(path, device)
         klass = algorithm_class(str(meta["algorithm"]), cls)
