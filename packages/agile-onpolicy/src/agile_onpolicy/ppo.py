@@ -1,0 +1,685 @@
+"""Proximal Policy Optimization (Schulman et al., 2017).
+
+PPO alternates between two phases:
+
+1. **Collect** a rollout of ``learn_step`` environment steps with the current stochastic policy
+   ``pi_old``, storing for every step the observation ``s_t``, the sampled action ``a_t``, its
+   log-probability ``log pi_old(a_t | s_t)`` and the critic's value ``V_old(s_t)``
+   (:func:`agile_onpolicy.collect.collect_rollouts`). The rollout buffer then estimates
+   advantages ``A_t`` with GAE(gamma, lambda) and returns ``R_t = A_t + V_old(s_t)``.
+
+2. **Learn**: for ``update_epochs`` passes over the rollout, in shuffled minibatches of
+   ``batch_size`` rows, minimise
+
+       L = L_clip + vf_coef * L_value - ent_coef * H
+
+   where, with the probability ratio ``r_t = pi(a_t | s_t) / pi_old(a_t | s_t)``,
+
+   * ``L_clip = -E[min(r_t A_t, clip(r_t, 1 - clip_coef, 1 + clip_coef) A_t)]`` is the clipped
+     surrogate objective: the policy gains nothing from moving the ratio outside the trust
+     region ``[1 - eps, 1 + eps]`` in the direction the advantage favours;
+   * ``L_value = 0.5 E[(V(s_t) - R_t)^2]``; with ``clip_vloss`` the new value may move at most
+     ``clip_coef`` from ``V_old`` before the loss stops rewarding it (the larger of the clipped
+     and unclipped errors is used);
+   * ``H`` is the policy entropy, a bonus that keeps the policy exploring.
+
+   Gradients are clipped to a global norm of ``max_grad_norm``. When ``target_kl`` is set, the
+   update stops as soon as the approximate KL divergence ``E[(r - 1) - log r]`` between the
+   old and the current policy exceeds it on a minibatch (that minibatch is not applied).
+
+Networks
+--------
+The policy is a :class:`~agile_core.networks.StochasticActor`: categorical (Discrete),
+independent categoricals (MultiDiscrete), Bernoulli (MultiBinary) or a diagonal Gaussian with a
+learnt state-independent log-std initialised to ``log(action_std_init)`` (Box).
+
+* ``share_encoders=True``: actor and critic are *one* network, :class:`SharedActorCritic`,
+  whose encoder feeds both the policy head and a value head. An architecture mutation of the
+  encoder or of the latent size therefore changes what both heads read in one go, and the
+  critic can never disagree with the actor about the encoder.
+* ``share_encoders=False``: a separate :class:`~agile_core.networks.ValueNetwork` with its own
+  encoder of the same architecture; it is registered as a follower of the actor, so every
+  architecture mutation sampled on the actor is replayed on it with the same parameters.
+
+Continuous actions
+------------------
+A Gaussian sample is stored and scored *unclipped*: ``log_prob`` is the density of the raw
+sample, and the raw sample is what the buffer keeps and what ``learn`` re-evaluates, so the
+ratio ``r_t`` compares like with like. Only the copy sent to the environment is clipped to the
+Box bounds (:meth:`PPO.to_env_action`); the environment cannot tell the difference between a
+sample beyond a bound and the bound itself.
+
+Recurrent policies
+------------------
+With ``recurrent=True`` the encoders are LSTMs. The recurrent state is a dict
+``{"actor": (h, c)}`` (plus ``"critic": (h, c)`` with separate encoders), each tensor
+``[num_layers, num_envs, hidden_state_size]``. It is carried from step to step, zeroed where an
+episode begins, and stored in the buffer at every step; ``learn`` replays each BPTT sequence
+from its stored initial state, zeroing it again before every step flagged as an episode start.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Mapping
+from typing import Any, ClassVar, Literal, cast
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium import spaces
+from gymnasium.vector import VectorEnv
+from torch import nn
+
+from agile_core.algorithms.base import SingleAgentAlgorithm
+from agile_core.hpo.hyperparameters import HyperparameterConfig
+from agile_core.networks import (
+    EvolvableLSTM,
+    EvolvableMLP,
+    EvolvableModule,
+    EvolvableNetwork,
+    StochasticActor,
+    ValueNetwork,
+    as_network_spec,
+    build_encoder,
+    preprocess_observation,
+)
+from agile_core.networks.network import build_head
+from agile_core.specs.network import NetworkSpec
+from agile_core.training.evaluation import evaluate_policy
+from agile_onpolicy.rollout import SEQUENCE_TYPES, RecurrentBatch, RolloutBatch, RolloutBuffer
+
+HiddenStates = dict[str, tuple[torch.Tensor, torch.Tensor]]
+"""Recurrent state of a PPO agent: ``{"actor": (h, c)[, "critic": (h, c)]}``, each tensor
+``[num_layers, num_envs, hidden_state_size]``."""
+
+Batch = RolloutBatch | RecurrentBatch
+
+LOSS_NAMES: tuple[str, ...] = (
+    "loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction",
+)
+"""Per-minibatch statistics averaged by :meth:`PPO.learn`."""
+
+
+class SharedActorCritic(StochasticActor):
+    """A :class:`StochasticActor` with a value head on the same encoder latent.
+
+    ``forward`` behaves as the actor's; :meth:`value` gives ``V(obs)`` ``[...]`` (plus the new
+    hidden state when recurrent). The value head is an ordinary head, so latent-size mutations
+    remap it together with the policy head and ``"value_head.<m>"`` mutations change it alone.
+    """
+
+    head_names: ClassVar[tuple[str, ...]] = ("head", "value_head")
+    value_head: EvolvableMLP
+
+    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space,
+                 net_spec: NetworkSpec | Mapping[str, Any] | None = None, *, action_std_init: float = 0.6,
+                 recurrent: bool = False, device: torch.device | str | None = None,
+                 dtype: torch.dtype | None = None) -> None:
+        EvolvableNetwork.__init__(self)
+        spec = as_network_spec(net_spec)
+        extra = self._describe(action_space, action_std_init)
+        encoder = build_encoder(observation_space, spec, recurrent)
+        heads = {
+            "head": build_head(spec, spec.latent_dim, self._head_outputs(extra)),
+            "value_head": build_head(spec, spec.latent_dim, 1),
+        }
+        self._assemble_from_spec(encoder, heads, spec)
+        self._setup(**extra)
+        self._place(device, dtype)
+
+    def value(self, obs: Any, hidden_state: Any = None) -> Any:
+        """State values ``[...]`` (plus the new hidden state when recurrent)."""
+        latent, hidden = self.encode(obs, hidden_state)
+        return self._with_hidden(self.value_head(latent).squeeze(-1), hidden)
+
+
+def _check_hyperparameters(values: Mapping[str, Any]) -> None:
+    """Reject hyperparameter values PPO cannot run with, naming the offender."""
+    for name in ("batch_size", "learn_step", "update_epochs"):
+        value = values[name]
+        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    for name in ("lr", "clip_coef", "max_grad_norm", "action_std_init"):
+        if not values[name] > 0:
+            raise ValueError(f"{name} must be > 0, got {values[name]}")
+    for name in ("ent_coef", "vf_coef"):
+        if not values[name] >= 0:
+            raise ValueError(f"{name} must be >= 0, got {values[name]}")
+    if not 0 < values["gamma"] <= 1:
+        raise ValueError(f"gamma must lie in (0, 1], got {values['gamma']}")
+    if not 0 <= values["gae_lambda"] <= 1:
+        raise ValueError(f"gae_lambda must lie in [0, 1], got {values['gae_lambda']}")
+    if values["target_kl"] is not None and not values["target_kl"] > 0:
+        raise ValueError(f"target_kl must be > 0 or None, got {values['target_kl']}")
+    if values["bptt_sequence_type"] not in SEQUENCE_TYPES:
+        raise ValueError(f"bptt_sequence_type must be one of {SEQUENCE_TYPES}, got {values['bptt_sequence_type']!r}")
+    max_seq_len = values["max_seq_len"]
+    if max_seq_len is not None and (isinstance(max_seq_len, bool) or int(max_seq_len) < 1):
+        raise ValueError(f"max_seq_len must be an integer >= 1 or None, got {max_seq_len!r}")
+
+
+def _masked_mean(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Mean of `x` over the entries where `mask` is True (all entries when None)."""
+    if mask is None:
+        return x.mean()
+    weights = mask.to(x.dtype)
+    return (x * weights).sum() / weights.sum().clamp(min=1.0)
+
+
+def _fit_state(tensor: torch.Tensor, num_layers: int, size: int) -> torch.Tensor:
+    """Pad with zeros or cut an LSTM state ``[layers, B, H]`` to ``[num_layers, B, size]``."""
+    if tensor.shape[0] == num_layers and tensor.shape[2] == size:
+        return tensor
+    out = tensor.new_zeros((num_layers, tensor.shape[1], size))
+    layers, width = min(num_layers, tensor.shape[0]), min(size, tensor.shape[2])
+    out[:layers, :, :width] = tensor[:layers, :, :width]
+    return out
+
+
+class PPO(SingleAgentAlgorithm):
+    """PPO agent for one Gymnasium (vector) environment.
+
+    Args:
+        observation_space: Space of one observation (Box vectors or images, Discrete,
+            MultiDiscrete, MultiBinary, Dict/Tuple of those; recurrent: vector spaces only).
+        action_space: Discrete, Box, MultiDiscrete (1-D) or MultiBinary space of one sub-env.
+        index: Agent index in the population.
+        hp_config: Hyperparameters that RL-HP mutation may change, with their ranges.
+        net_config: Architecture of the networks (a ``NetworkSpec`` or its dict form).
+        batch_size: Rows per minibatch. Recurrent: sequences per minibatch are
+            ``max(1, batch_size // sequence length)``.
+        lr: Adam learning rate (one optimizer over actor and critic).
+        learn_step: Environment steps per rollout, over all sub-envs (the buffer holds
+            ``learn_step // num_envs`` vector steps, see :meth:`rollout_steps`).
+        gamma: Discount factor.
+        gae_lambda: GAE lambda.
+        action_std_init: Initial standard deviation of the Gaussian policy (Box actions).
+        clip_coef: Clipping range epsilon of the ratio (and of the value with ``clip_vloss``).
+        ent_coef: Weight of the entropy bonus.
+        vf_coef: Weight of the value loss.
+        max_grad_norm: Global gradient-norm clipping threshold.
+        target_kl: Stop the update when a minibatch's approximate KL exceeds this (None: never).
+        update_epochs: Passes over each rollout.
+        share_encoders: One encoder for actor and critic (:class:`SharedActorCritic`).
+        recurrent: LSTM encoders, trained with backpropagation through time.
+        bptt_sequence_type: How rollouts are cut into BPTT sequences
+            (``"chunked"``, ``"maximum"``, ``"fifty_percent_overlap"``).
+        max_seq_len: BPTT sequence length (None: the whole rollout).
+        normalize_advantages: Standardise advantages within each minibatch.
+        clip_vloss: Clip the value update like the ratio.
+        use_gae: GAE advantages; Monte-Carlo returns minus the value when False.
+        normalize_images: Scale uint8 image observations to [0, 1].
+        device: Torch device of the networks.
+        seed: Seeds network initialisation and minibatch shuffling (None: fresh entropy).
+            Action sampling uses torch's global generator.
+        actor_network: A pre-built policy to start from (cloned; `net_config` is ignored): a
+            :class:`SharedActorCritic` when ``share_encoders`` else a :class:`StochasticActor`.
+        critic_network: A pre-built :class:`ValueNetwork` (only without shared encoders).
+    """
+
+    supported_action_spaces: ClassVar[tuple[type[spaces.Space], ...]] = (
+        spaces.Discrete, spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary,
+    )
+    hyperparameter_names: ClassVar[tuple[str, ...]] = (
+        "batch_size", "lr", "learn_step", "gamma", "gae_lambda", "action_std_init", "clip_coef",
+        "ent_coef", "vf_coef", "max_grad_norm", "target_kl", "update_epochs", "max_seq_len",
+    )
+
+    actor: StochasticActor
+    critic: ValueNetwork
+    optimizer: torch.optim.Optimizer
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        index: int = 0,
+        hp_config: HyperparameterConfig | None = None,
+        net_config: NetworkSpec | Mapping[str, Any] | None = None,
+        batch_size: int = 64,
+        lr: float = 1e-4,
+        learn_step: int = 4096,
+        gamma: float = 0.99,
+        gae_lambda: float = 0.95,
+        action_std_init: float = 0.6,
+        clip_coef: float = 0.2,
+        ent_coef: float = 0.01,
+        vf_coef: float = 0.5,
+        max_grad_norm: float = 0.5,
+        target_kl: float | None = None,
+        update_epochs: int = 4,
+        share_encoders: bool = True,
+        recurrent: bool = False,
+        bptt_sequence_type: Literal["chunked", "maximum", "fifty_percent_overlap"] = "chunked",
+        max_seq_len: int | None = None,
+        normalize_advantages: bool = True,
+        clip_vloss: bool = False,
+        use_gae: bool = True,
+        normalize_images: bool = True,
+        device: str | torch.device = "cpu",
+        seed: int | None = None,
+        actor_network: EvolvableModule | None = None,
+        critic_network: EvolvableModule | None = None,
+    ) -> None:
+        super().__init__(observation_space, action_space, index=index, hp_config=hp_config, device=device)
+        if isinstance(action_space, spaces.MultiDiscrete) and action_space.nvec.ndim != 1:
+            raise ValueError(f"PPO supports 1-D MultiDiscrete action spaces only, got {action_space}")
+        _check_hyperparameters(locals())
+        self.batch_size = int(batch_size)
+        self.lr = float(lr)
+        self.learn_step = int(learn_step)
+        self.gamma = float(gamma)
+        self.gae_lambda = float(gae_lambda)
+        self.action_std_init = float(action_std_init)
+        self.clip_coef = float(clip_coef)
+        self.ent_coef = float(ent_coef)
+        self.vf_coef = float(vf_coef)
+        self.max_grad_norm = float(max_grad_norm)
+        self.target_kl = None if target_kl is None else float(target_kl)
+        self.update_epochs = int(update_epochs)
+        self.share_encoders = bool(share_encoders)
+        self.recurrent = bool(recurrent)
+        self.bptt_sequence_type = bptt_sequence_type
+        self.max_seq_len = None if max_seq_len is None else int(max_seq_len)
+        self.normalize_advantages = bool(normalize_advantages)
+        self.clip_vloss = bool(clip_vloss)
+        self.use_gae = bool(use_gae)
+        self.normalize_images = bool(normalize_images)
+        self.rng = np.random.default_rng(seed)
+
+        self._build_networks(net_config, seed, actor_network, critic_network)
+        if self.share_encoders:
+            self.register_network_group("actor")
+            self.register_optimizer("optimizer", ["actor"], "lr", eps=1e-5)
+        else:
+            self.register_network_group("actor", "critic")
+            self.register_optimizer("optimizer", ["actor", "critic"], "lr", eps=1e-5)
+
+    def _build_networks(self, net_config: Any, seed: int | None, actor_network: EvolvableModule | None,
+                        critic_network: EvolvableModule | None) -> None:
+        """Create (or adopt clones of) the actor and, without shared encoders, the critic."""
+        expected = SharedActorCritic if self.share_encoders else StochasticActor
+        if actor_network is not None and not isinstance(actor_network, expected):
+            raise ValueError(f"actor_network must be a {expected.__name__} when share_encoders="
+                             f"{self.share_encoders}, got {type(actor_network).__name__}")
+        if self.share_encoders and critic_network is not None:
+            raise ValueError("critic_network cannot be given with share_encoders=True: the value head "
+                             "lives on the actor's SharedActorCritic")
+        if critic_network is not None and not isinstance(critic_network, ValueNetwork):
+            raise ValueError(f"critic_network must be a ValueNetwork, got {type(critic_network).__name__}")
+        with torch.random.fork_rng(devices=[]):
+            if seed is not None:
+                torch.manual_seed(seed)
+            kwargs: dict[str, Any] = {"action_std_init": self.action_std_init, "recurrent": self.recurrent}
+            actor = actor_network.clone() if actor_network is not None else expected(
+                self.observation_space, self.action_space, net_config, **kwargs)
+            critic = None
+            if not self.share_encoders:
+                critic = critic_network.clone() if critic_network is not None else ValueNetwork(
+                    self.observation_space, net_config, recurrent=self.recurrent)
+        for name, network in (("actor_network", actor), ("critic_network", critic)):
+            if network is not None and network.recurrent != self.recurrent:
+                raise ValueError(f"{name} is {'' if network.recurrent else 'not '}recurrent but "
+                                 f"recurrent={self.recurrent}")
+        self.actor = actor.to(self.device)
+        if critic is not None:
+            self.critic = critic.to(self.device)
+
+    def clone(self, index: int | None = None, wrap: bool = True) -> PPO:
+        """A deep, independent copy; a clone with a new `index` shuffles with its own RNG stream."""
+        twin = super().clone(index=index, wrap=wrap)
+        if index is not None and index != self.index:
+            twin.rng = self.rng.spawn(1)[0]
+        return twin
+
+    # ------------------------------------------------------------------ networks
+    @property
+    def networks(self) -> list[EvolvableNetwork]:
+        """The networks holding encoders: ``[actor]`` (shared) or ``[actor, critic]``."""
+        return [self.actor] if self.share_encoders else [self.actor, self.critic]
+
+    def _value_head(self) -> EvolvableMLP:
+        """The head mapping the critic's latent to ``V(s)``."""
+        head = self.actor.value_head if self.share_encoders else self.critic.head
+        return cast(EvolvableMLP, head)
+
+    def preprocess(self, obs: Any) -> Any:
+        """Observation tensors on the agent's device (see ``preprocess_observation``)."""
+        return preprocess_observation(self.observation_space, obs, self.device, self.normalize_images)
+
+    def _encode(self, obs: Any, hidden: HiddenStates | None) -> tuple[torch.Tensor, torch.Tensor, HiddenStates | None]:
+        """Actor latent, critic latent and the new recurrent state for one step of `obs`."""
+        if not self.recurrent:
+            latent = self.actor.encode(obs)[0]
+            critic_latent = latent if self.share_encoders else self.critic.encode(obs)[0]
+            return latent, critic_latent, None
+        batch = obs.shape[0]
+        hidden = hidden if hidden is not None else self.initial_hidden(batch)
+        hidden = self.fit_hidden(hidden)
+        latent, actor_state = self.actor.encode(obs, hidden["actor"])
+        new_hidden: HiddenStates = {"actor": actor_state}  # type: ignore[dict-item]
+        if self.share_encoders:
+            return latent, latent, new_hidden
+        critic_latent, critic_state = self.critic.encode(obs, hidden["critic"])
+        new_hidden["critic"] = critic_state  # type: ignore[assignment]
+        return latent, critic_latent, new_hidden
+
+    def _flat_action(self, action: torch.Tensor, lead: torch.Size) -> torch.Tensor:
+        """Actions as the distributions take them: ``[*lead]`` (Discrete) or ``[*lead, size]``."""
+        if isinstance(self.action_space, spaces.Discrete):
+            return action.reshape(lead)
+        return action.reshape(*lead, -1)
+
+    def _action_shape(self) -> tuple[int, ...]:
+        return () if isinstance(self.action_space, spaces.Discrete) else tuple(self.action_space.shape or ())
+
+    # ------------------------------------------------------------------ recurrent state
+    def _lstms(self) -> dict[str, EvolvableLSTM]:
+        names = {"actor": self.actor} if self.share_encoders else {"actor": self.actor, "critic": self.critic}
+        encoders = {name: net.encoder for name, net in names.items()}
+        if not all(isinstance(e, EvolvableLSTM) for e in encoders.values()):
+            raise ValueError("this PPO agent is not recurrent")
+        return encoders  # type: ignore[return-value]
+
+    def hidden_state_shapes(self, num_envs: int) -> dict[str, Any]:
+        """Shapes of the recurrent state for `num_envs` sub-envs (for ``RolloutBuffer``):
+        ``{"actor": (shape, shape)[, "critic": (shape, shape)]}`` with ``shape = (num_layers,
+        num_envs, hidden_state_size)``."""
+        shapes: dict[str, Any] = {}
+        for name, lstm in self._lstms().items():
+            shape = (lstm.num_layers, int(num_envs), lstm.hidden_state_size)
+            shapes[name] = (shape, shape)
+        return shapes
+
+    def initial_hidden(self, num_envs: int) -> HiddenStates:
+        """Zero recurrent state for `num_envs` sub-envs."""
+        return {name: lstm.initial_hidden_state(num_envs) for name, lstm in self._lstms().items()}
+
+    def fit_hidden(self, hidden: HiddenStates) -> HiddenStates:
+        """`hidden` padded with zeros / cut to the current LSTM sizes (unchanged when they fit).
+
+        Growth mutations are function-preserving for a zero-padded state; shrinking keeps the
+        leading units. Collection resets the state after a size change instead (see collect.py).
+        """
+        fitted: HiddenStates = {}
+        for name, lstm in self._lstms().items():
+            h, c = hidden[name]
+            fitted[name] = (_fit_state(h, lstm.num_layers, lstm.hidden_state_size),
+                            _fit_state(c, lstm.num_layers, lstm.hidden_state_size))
+        return fitted
+
+    @staticmethod
+    def mask_hidden(hidden: HiddenStates, reset: Any) -> HiddenStates:
+        """`hidden` with the state of the sub-envs where `reset` (``[num_envs]`` bool) is True zeroed."""
+        keep: torch.Tensor | None = None
+        masked: HiddenStates = {}
+        for name, (h, c) in hidden.items():
+            if keep is None:
+                keep = (~torch.as_tensor(reset, dtype=torch.bool, device=h.device)).to(h.dtype)[None, :, None]
+            masked[name] = (h * keep, c * keep)
+        return masked
+
+    # ------------------------------------------------------------------ acting
+    def get_action(
+        self,
+        obs: Any,
+        action_mask: Any = None,
+        hidden_state: HiddenStates | None = None,
+        *,
+        deterministic: bool = False,
+    ) -> tuple[Any, ...]:
+        """Act on a batch of observations: ``(action, log_prob, entropy, value[, hidden])``.
+
+        * ``action``: the policy's raw sample, the one to store in the buffer: int64 indices
+          ``[N]`` from 0 (Discrete), int64 ``[N, k]`` from 0 (MultiDiscrete), float32 0/1
+          ``[N, *shape]`` (MultiBinary) or float32 unclipped ``[N, *shape]`` (Box). Send
+          :meth:`to_env_action` of it to the environment (adds ``start``, clips to bounds).
+        * ``log_prob``, ``entropy``, ``value``: float32 ``[N]``; ``log_prob`` is of the raw
+          (unclipped) action, summed over action components.
+        * ``hidden`` (recurrent agents only, always returned then): the new recurrent state.
+
+        `action_mask` (``[N, n]`` or ``[N, sum(nvec)]``, truthy = allowed) restricts Discrete and
+        MultiDiscrete choices. `hidden_state` is the recurrent state fed to the policy (zeros
+        when None; the caller zeroes it at episode starts, see :meth:`mask_hidden`).
+        `deterministic` takes the greedy action (mode / mean). An unbatched observation gets a
+        batch dimension of 1.
+        """
+        obs_t = self.preprocess(obs)
+        mask = None if action_mask is None else torch.as_tensor(np.asarray(action_mask), device=self.device).bool()
+        with torch.no_grad():
+            latent, critic_latent, new_hidden = self._encode(obs_t, hidden_state)
+            dist = self.actor.distribution_from_latent(latent, mask)
+            raw = dist.mode() if deterministic else dist.sample()
+            log_prob = dist.log_prob(raw)
+            entropy = dist.entropy()
+            value = self._value_head()(critic_latent).squeeze(-1)
+        lead = latent.shape[:-1]
+        action = raw.reshape(*lead, *self._action_shape()).cpu().numpy()
+        if isinstance(self.action_space, spaces.Discrete | spaces.MultiDiscrete):
+            action = action.astype(np.int64)
+        else:
+            action = action.astype(np.float32)
+        outputs = (action, log_prob.cpu().numpy().astype(np.float32), entropy.cpu().numpy().astype(np.float32),
+                   value.cpu().numpy().astype(np.float32))
+        if self.recurrent:
+            assert new_hidden is not None
+            return (*outputs, new_hidden)
+        return outputs
+
+    def get_value(self, obs: Any, hidden_state: HiddenStates | None = None) -> np.ndarray:
+        """``V(obs)`` float32 ``[N]`` (recurrent: given the state fed at that step)."""
+        with torch.no_grad():
+            _, critic_latent, _ = self._encode(self.preprocess(obs), hidden_state)
+            return self._value_head()(critic_latent).squeeze(-1).cpu().numpy().astype(np.float32)
+
+    def to_env_action(self, action: Any) -> np.ndarray:
+        """What the environment receives for raw policy actions: ``start`` added for Discrete and
+        MultiDiscrete, Box samples clipped to the bounds (in the space's dtype), MultiBinary as int8."""
+        array = np.asarray(action)
+        space = self.action_space
+        if isinstance(space, spaces.Discrete):
+            return array.astype(np.int64) + int(space.start)
+        if isinstance(space, spaces.MultiDiscrete):
+            return array.astype(np.int64) + np.asarray(space.start, dtype=np.int64)
+        if isinstance(space, spaces.MultiBinary):
+            return array.astype(np.int8)
+        assert isinstance(space, spaces.Box)
+        return np.clip(array, space.low, space.high).astype(space.dtype)
+
+    # ------------------------------------------------------------------ buffers
+    def rollout_steps(self, num_envs: int) -> int:
+        """Vector steps per rollout: ``max(1, learn_step // num_envs)``."""
+        return max(1, self.learn_step // int(num_envs))
+
+    def create_rollout_buffer(self, num_envs: int, num_steps: int | None = None) -> RolloutBuffer:
+        """An empty rollout buffer for this agent's spaces, discounting and recurrent state."""
+        return RolloutBuffer(
+            num_steps=num_steps or self.rollout_steps(num_envs),
+            num_envs=int(num_envs),
+            observation_space=self.observation_space,
+            action_space=self.action_space,
+            device=self.device,
+            gamma=self.gamma,
+            gae_lambda=self.gae_lambda,
+            use_gae=self.use_gae,
+            recurrent=self.recurrent,
+            hidden_state_shapes=self.hidden_state_shapes(num_envs) if self.recurrent else None,
+        )
+
+    # ------------------------------------------------------------------ learning
+    def learn(self, buffer: RolloutBuffer) -> dict[str, float]:
+        """Run the PPO update on a collected rollout whose returns and advantages are computed.
+
+        Returns the mean over the applied minibatches of ``loss``, ``policy_loss``,
+        ``value_loss``, ``entropy``, ``approx_kl`` and ``clip_fraction``, plus
+        ``explained_variance`` of the rollout's values, ``epochs`` (passes started),
+        ``minibatches`` (gradient steps taken) and ``early_stop`` (1.0 when ``target_kl`` cut it).
+
+        The rollout buffer does not store action masks, so stored actions are re-scored under the
+        unmasked policy; with masked environments the ratio is then biased.
+        """
+        totals = dict.fromkeys(LOSS_NAMES, 0.0)
+        steps, epochs, stopped = 0, 0, False
+        for network in self.networks:
+            network.train()
+        for _ in range(self.update_epochs):
+            epochs += 1
+            for batch in self._minibatches(buffer):
+                stats = self._update(batch)
+                if stats is None:
+                    stopped = True
+                    break
+                for name in LOSS_NAMES:
+                    totals[name] += stats[name]
+                steps += 1
+            if stopped:
+                break
+        self.learn_counter += 1
+        result = {name: (value / steps if steps else float("nan")) for name, value in totals.items()}
+        result.update(explained_variance=self._explained_variance(buffer), epochs=float(epochs),
+                      minibatches=float(steps), early_stop=float(stopped))
+        return result
+
+    def _minibatches(self, buffer: RolloutBuffer) -> Iterator[Batch]:
+        """One epoch of minibatches: flat rows, or BPTT sequences when recurrent."""
+        if not self.recurrent:
+            yield from buffer.minibatches(self.batch_size, self.rng)
+            return
+        seq_len = buffer.size if self.max_seq_len is None else min(self.max_seq_len, buffer.size)
+        if self.bptt_sequence_type == "maximum":
+            seq_len = buffer.size
+        sequences = max(1, self.batch_size // seq_len)
+        yield from buffer.recurrent_minibatches(seq_len, sequences, self.rng, self.bptt_sequence_type)
+
+    def compute_losses(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """The PPO losses of a minibatch under the current networks (with gradients).
+
+        Returns ``loss`` (the total to minimise), ``policy_loss`` (clipped surrogate),
+        ``value_loss``, ``entropy`` (mean), and, without gradients, ``approx_kl`` (the
+        ``E[(r - 1) - log r]`` estimate of ``KL(pi_old || pi)``) and ``clip_fraction``.
+        Recurrent batches are weighted by their ``loss_mask``.
+        """
+        log_prob, entropy, value, mask = self.evaluate_batch(batch)
+        advantages = batch.advantages
+        if self.normalize_advantages:
+            selected = advantages[mask] if mask is not None else advantages
+            if selected.numel() > 1:
+                advantages = (advantages - selected.mean()) / (selected.std(correction=0) + 1e-8)
+
+        log_ratio = log_prob - batch.old_log_probs
+        ratio = log_ratio.exp()
+        with torch.no_grad():
+            approx_kl = _masked_mean((ratio - 1.0) - log_ratio, mask)
+            clip_fraction = _masked_mean(((ratio - 1.0).abs() > self.clip_coef).float(), mask)
+
+        # Clipped surrogate: the pessimistic (smaller) of the unclipped and clipped objectives.
+        unclipped = ratio * advantages
+        clipped = ratio.clamp(1.0 - self.clip_coef, 1.0 + self.clip_coef) * advantages
+        policy_loss = -_masked_mean(torch.min(unclipped, clipped), mask)
+
+        # Value regression towards the returns, optionally clipped around the old values.
+        value_error = (value - batch.returns).pow(2)
+        if self.clip_vloss:
+            value_clipped = batch.old_values + (value - batch.old_values).clamp(-self.clip_coef, self.clip_coef)
+            value_error = torch.max(value_error, (value_clipped - batch.returns).pow(2))
+        value_loss = 0.5 * _masked_mean(value_error, mask)
+
+        entropy_mean = _masked_mean(entropy, mask)
+        loss = policy_loss + self.vf_coef * value_loss - self.ent_coef * entropy_mean
+        return {"loss": loss, "policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy_mean,
+                "approx_kl": approx_kl, "clip_fraction": clip_fraction}
+
+    def _update(self, batch: Batch) -> dict[str, float] | None:
+        """One gradient step on a minibatch; None (and no step) when its KL exceeds target_kl."""
+        losses = self.compute_losses(batch)
+        if self.target_kl is not None and float(losses["approx_kl"]) > self.target_kl:
+            return None
+        self.optimizer.zero_grad()
+        losses["loss"].backward()
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        nn.utils.clip_grad_norm_(params, self.max_grad_norm)
+        self.optimizer.step()
+        return {name: float(value.detach()) for name, value in losses.items()}
+
+    def evaluate_batch(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Current ``log pi(a|s)``, entropy and ``V(s)`` of a minibatch's stored actions, and its
+        loss mask (None for flat batches; ``loss_mask`` ``[L, B]`` for recurrent ones, which are
+        replayed from their stored initial state, see :meth:`_unroll`)."""
+        obs = self.preprocess(batch.obs)
+        if isinstance(batch, RecurrentBatch):
+            latent, critic_latent = self._unroll(obs, batch.initial_hidden, batch.episode_starts)
+            mask: torch.Tensor | None = batch.loss_mask
+        else:
+            latent, critic_latent, _ = self._encode(obs, None)
+            mask = None
+        dist = self.actor.distribution_from_latent(latent)
+        actions = self._flat_action(batch.actions, latent.shape[:-1])
+        value = self._value_head()(critic_latent).squeeze(-1)
+        return dist.log_prob(actions), dist.entropy(), value, mask
+
+    def _unroll(self, obs: torch.Tensor, initial: HiddenStates, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Replay time-major sequences ``[L, B, ...]``; return actor and critic latents ``[L, B, D]``."""
+        initial = self.fit_hidden(initial)
+        latents = {name: self._unroll_lstm(lstm, obs, initial[name], starts) for name, lstm in self._lstms().items()}
+        return latents["actor"], latents.get("critic", latents["actor"])
+
+    @staticmethod
+    def _unroll_lstm(lstm: EvolvableLSTM, obs: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor],
+                     starts: torch.Tensor) -> torch.Tensor:
+        """Run `lstm` over ``[L, B, ...]`` zeroing the state of a sequence before each of its
+        episode starts. The sequence is cut only where some sequence restarts, so a batch
+        without mid-sequence episode starts runs as one cuDNN/LSTM call."""
+        x = obs.movedim(0, 1)  # [B, L, ...]
+        length = x.shape[1]
+        cuts = [0, *sorted({int(t) for t in starts[1:].any(dim=1).nonzero().flatten() + 1}), length]
+        h, c = state
+        outputs = []
+        for begin, end in itertools.pairwise(cuts):
+            keep = (~starts[begin]).to(h.dtype)[None, :, None]
+            out, (h, c) = lstm(x[:, begin:end], (h * keep, c * keep))
+            outputs.append(out)
+        return torch.cat(outputs, dim=1).movedim(1, 0)
+
+    @staticmethod
+    def _explained_variance(buffer: RolloutBuffer) -> float:
+        """``1 - Var(R - V) / Var(R)`` over the valid rows of the rollout (nan when Var(R) = 0)."""
+        n = buffer.size
+        valid = buffer.valid[:n]
+        returns, values = buffer.returns[:n][valid], buffer.values[:n][valid]
+        if returns.numel() < 2:
+            return float("nan")
+        var = returns.var(correction=0)
+        return float("nan") if float(var) == 0.0 else float(1.0 - (returns - values).var(correction=0) / var)
+
+    # ------------------------------------------------------------------ evaluation
+    def test(self, env: gym.Env | VectorEnv, swap_channels: bool = False, max_steps: int | None = None,
+             loop: int = 1) -> float:
+        """Greedy fitness: the mean return of `loop` episodes per sub-env; appended to ``fitness``.
+
+        See :func:`agile_core.training.evaluation.evaluate_policy`: each round resets `env`, and
+        every sub-env contributes its first episode (cut at `max_steps` vector steps when given).
+        The policy takes its mode / mean action; an ``action_mask`` in the step info is
+        respected. A recurrent policy starts every round from a zero state.
+        """
+        for network in self.networks:
+            network.eval()
+        scores = []
+        rounds = loop if self.recurrent else 1
+        for _ in range(rounds):
+            state: dict[str, Any] = {"hidden": None}
+
+            def act(obs: Any, info: dict[str, Any], state: dict[str, Any] = state) -> np.ndarray:
+                out = self.get_action(obs, action_mask=info.get("action_mask"), hidden_state=state["hidden"],
+                                      deterministic=True)
+                if self.recurrent:
+                    state["hidden"] = out[4]
+                return self.to_env_action(out[0])
+
+            scores.append(evaluate_policy(env, act, loop=1 if self.recurrent else loop, max_steps=max_steps,
+                                          swap_channels=swap_channels))
+        for network in self.networks:
+            network.train()
+        fitness = float(np.mean(scores))
+        self.fitness.append(fitness)
+        return fitness
