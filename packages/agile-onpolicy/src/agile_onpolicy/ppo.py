@@ -326,13 +326,6 @@ class PPO(SingleAgentAlgorithm):
         if critic is not None:
             self.critic = critic.to(self.device)
 
-    def clone(self, index: int | None = None, wrap: bool = True) -> PPO:
-        """A deep, independent copy; a clone with a new `index` shuffles with its own RNG stream."""
-        twin = super().clone(index=index, wrap=wrap)
-        if index is not None and index != self.index:
-            twin.rng = self.rng.spawn(1)[0]
-        return twin
-
     # ------------------------------------------------------------------ networks
     @property
     def networks(self) -> list[EvolvableNetwork]:

@@ -140,11 +140,17 @@ class EvolvableAlgorithm(ABC):
 
     # ------------------------------------------------------------------ cloning and migration
     def clone(self, index: int | None = None, wrap: bool = True) -> Self:
-        """A deep, independent copy; with a new `index` the clone's lineage names this agent as parent."""
+        """A deep, independent copy; with a new `index` the clone's lineage names this agent as
+        parent and each of its numpy random generators gets its own stream."""
         twin = copy.deepcopy(self)
         if index is not None and index != self.index:
             twin.index = index
             twin.lineage = self.lineage.child(index, generation=self.lineage.generation_born)
+            for name, value in vars(self).items():
+                if isinstance(value, np.random.Generator):
+                    # The clone's stream is seeded from the parent's, whose state checkpoints keep,
+                    # so a resumed run clones exactly as an uninterrupted one (spawn() would not).
+                    setattr(twin, name, np.random.default_rng(int(value.integers(2**63))))
         return twin
 
     def copy_weights_from(self, other: EvolvableAlgorithm) -> None:

@@ -46,7 +46,7 @@ def check_agent_spaces(algorithm: str, role: str, per_agent: Mapping[str, Any],
 def space_to_dict(space: spaces.Space) -> dict[str, Any]:
     """A JSON description of a Gymnasium space (Box, Discrete, MultiDiscrete, MultiBinary, Dict, Tuple)."""
     if isinstance(space, spaces.Box):
-        return {"kind": "Box", "low": space.low.tolist(), "high": space.high.tolist(),
+        return {"kind": "Box", "low": _bounds(space.low), "high": _bounds(space.high),
                 "shape": list(space.shape), "dtype": str(space.dtype)}
     if isinstance(space, spaces.Discrete):
         return {"kind": "Discrete", "n": int(space.n), "start": int(space.start)}
@@ -61,6 +61,13 @@ def space_to_dict(space: spaces.Space) -> dict[str, Any]:
     raise UnsupportedSpaceError(f"cannot serialise space {space_name(space)}")
 
 
+def _bounds(values: Any) -> list[Any]:
+    """Box bounds as a flat JSON list; infinities as the strings 'inf' / '-inf' (JSON has none)."""
+    import numpy as np
+
+    return [v if np.isfinite(v) else ("inf" if v > 0 else "-inf") for v in np.ravel(values).tolist()]
+
+
 def space_from_dict(data: Mapping[str, Any]) -> spaces.Space:
     """Inverse of `space_to_dict`."""
     import numpy as np
@@ -68,7 +75,9 @@ def space_from_dict(data: Mapping[str, Any]) -> spaces.Space:
     kind = data.get("kind")
     if kind == "Box":
         dtype = np.dtype(data["dtype"])
-        return spaces.Box(np.asarray(data["low"], dtype=dtype), np.asarray(data["high"], dtype=dtype),
+        low = np.asarray([float(v) for v in np.ravel(data["low"])], dtype=dtype).reshape(data["shape"])
+        high = np.asarray([float(v) for v in np.ravel(data["high"])], dtype=dtype).reshape(data["shape"])
+        return spaces.Box(low, high,
                           shape=tuple(data["shape"]), dtype=dtype)
     if kind == "Discrete":
         return spaces.Discrete(int(data["n"]), start=int(data.get("start", 0)))

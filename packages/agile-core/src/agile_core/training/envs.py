@@ -1,0 +1,50 @@
+"""Vector-environment helpers: every loop works on a Gymnasium ``VectorEnv`` with next-step autoreset."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
+
+
+def as_vector_env(env: gym.Env | VectorEnv) -> VectorEnv:
+    """Return `env` itself when it is a vector env, else a one-sub-env ``SyncVectorEnv`` around it.
+
+    The wrapper shares the given env instance (it is not copied); closing the wrapper closes it.
+    """
+    if isinstance(env, VectorEnv):
+        return env
+    if isinstance(env, gym.Env):
+        return SyncVectorEnv([lambda: env])
+    raise TypeError(f"expected a gymnasium Env or VectorEnv, got {type(env).__name__}")
+
+
+def check_next_step_autoreset(env: VectorEnv) -> None:
+    """Raise ValueError unless `env` uses Gymnasium's default next-step autoreset.
+
+    The loops rely on it: the step after a sub-env's episode ends returns the reset observation
+    (with reward 0) and is not a real transition. Same-step and disabled autoreset are rejected.
+    """
+    mode = (env.metadata or {}).get("autoreset_mode", AutoresetMode.NEXT_STEP)
+    if mode not in (AutoresetMode.NEXT_STEP, AutoresetMode.NEXT_STEP.value):
+        raise ValueError(
+            f"the training loops need a vector env with autoreset_mode=NEXT_STEP (Gymnasium's default), "
+            f"got {mode!r}; create it with gymnasium.make_vec(...) or "
+            f"vector_kwargs={{'autoreset_mode': gymnasium.vector.AutoresetMode.NEXT_STEP}}"
+        )
+
+
+def swap_image_channels(obs: Any) -> Any:
+    """Move the channel axis of batched channels-last images ``[N, H, W, C]`` to ``[N, C, H, W]``.
+
+    Arrays with fewer than four dimensions (vectors, batched scalars) pass unchanged; dicts and
+    tuples of observations are swapped leaf by leaf.
+    """
+    if isinstance(obs, dict):
+        return {key: swap_image_channels(value) for key, value in obs.items()}
+    if isinstance(obs, tuple):
+        return tuple(swap_image_channels(value) for value in obs)
+    array = np.asarray(obs)
+    return np.moveaxis(array, -1, -3) if array.ndim >= 4 else array

@@ -1,0 +1,198 @@
+"""The generation loop every single-agent paradigm shares.
+
+One generation: each agent in turn trains for `evo_steps` environment steps (the paradigm's
+*phase*: collect and learn), every agent is evaluated greedily, the run stops at the target or
+the step budget, otherwise the population is selected and mutated. Around that skeleton this
+module handles the step budget, reporting, periodic checkpoints, elite saving, Ctrl-C (save and
+stop) and resuming from a checkpoint, so the paradigm loops only write their phase.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agile_core.hpo.mutation import Mutations
+from agile_core.hpo.protocols import SelectionStrategy
+from agile_core.training.checkpointing import RunCheckpointer, resume_run
+from agile_core.training.evolution import (
+    EvolutionResult,
+    evaluate_population,
+    evolve_population,
+    target_reached,
+)
+from agile_core.training.interrupt import InterruptGuard, TrainingInterrupted
+from agile_core.training.reporting import TrainingReporter
+
+
+@dataclass
+class PhaseResult:
+    """What one agent's training phase produced."""
+
+    vector_steps: int
+    episodic_returns: list[float] = field(default_factory=list)
+    episode_lengths: list[int] = field(default_factory=list)
+    losses: dict[str, list[float]] = field(default_factory=dict)
+
+
+PhaseFn = Callable[[int, Any, int, Callable[[], bool]], PhaseResult]
+"""(slot, agent, vector_steps, should_stop) -> PhaseResult. The phase must stop early (between
+vector steps) once `should_stop()` is true, and report the vector steps it actually took."""
+
+
+@dataclass
+class LoopState:
+    """Counters that say where a run is; saved in checkpoints."""
+
+    agent_steps: int = 0
+    generation: int = 0
+    slot_progress: list[int] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {"agent_steps": self.agent_steps, "generation": self.generation,
+                "slot_progress": list(self.slot_progress)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LoopState:
+        """Inverse of `to_dict`."""
+        return cls(int(data["agent_steps"]), int(data["generation"]), [int(v) for v in data["slot_progress"]])
+
+
+@dataclass
+class GenerationLoop:
+    """Drives a population through generations; see the module docstring."""
+
+    population: list[Any]
+    env: Any
+    phase: PhaseFn
+    max_steps: int
+    evo_steps: int
+    reporter: TrainingReporter
+    eval_steps: int | None = None
+    eval_loop: int = 1
+    target: float | None = None
+    selection: SelectionStrategy | None = None
+    mutation: Mutations | None = None
+    checkpointer: RunCheckpointer | None = None
+    interrupt_path: str | Path | None = None
+    save_elite: bool = False
+    elite_path: str | Path | None = None
+    swap_channels: bool = False
+    buffers: Callable[[], Mapping[str, Any]] | None = None
+    on_evolved: Callable[[EvolutionResult], None] | None = None
+    env_seed: int | None = None
+    state: LoopState = field(default_factory=LoopState)
+    fitnesses: list[float] = field(default_factory=list)
+
+    @property
+    def num_envs(self) -> int:
+        """Sub-environments each agent steps at once."""
+        return int(self.env.num_envs)
+
+    def restore(self, checkpoint: str | Path, device: str = "cpu") -> dict[str, Any]:
+        """Continue from a run checkpoint: agents, counters, selection and mutation RNG, global RNG.
+
+        Returns the saved buffers (by name) for the paradigm to load into its memories."""
+        run = resume_run(checkpoint, device=device)
+        self.population = run.agents
+        self.state = LoopState.from_dict(run.loop)
+        if self.selection is not None and run.evolution.get("selection") is not None:
+            self.selection.load_state_dict(run.evolution["selection"])
+        if self.mutation is not None and run.evolution.get("mutation") is not None:
+            self.mutation.load_state_dict(run.evolution["mutation"])
+        return run.buffers
+
+    def run(self) -> tuple[list[Any], list[float]]:
+        """Train until the step budget or the target; return (population, last fitnesses)."""
+        with InterruptGuard() as guard:
+            while self.state.agent_steps < self.max_steps:
+                vector_steps = math.ceil(min(self.evo_steps, self.max_steps - self.state.agent_steps) / self.num_envs)
+                if len(self.state.slot_progress) != len(self.population):
+                    self.state.slot_progress = [0] * len(self.population)
+                results = self._train_phases(vector_steps, guard)
+                self._report_training(results)
+                self._seed_env(len(self.population))
+                self.fitnesses = evaluate_population(self.population, self.env, swap_channels=self.swap_channels,
+                                                     max_steps=self.eval_steps, loop=self.eval_loop)
+                self.state.agent_steps += vector_steps * self.num_envs
+                self.state.generation += 1
+                self.state.slot_progress = [0] * len(self.population)
+                done = self.state.agent_steps >= self.max_steps or target_reached(self.fitnesses, self.target)
+                evolution = None if done else evolve_population(self.population, self.selection, self.mutation)
+                self.reporter.log_generation(self.global_steps, self.state.generation, self.population,
+                                             self.fitnesses, evolution)
+                self._save_elite()
+                if evolution is not None:
+                    self.population = evolution.population
+                    if self.on_evolved is not None:
+                        self.on_evolved(evolution)
+                if self.checkpointer is not None and (done or self.checkpointer.due(self.state.agent_steps)):
+                    self.save(self.checkpointer)
+                if done:
+                    break
+        return self.population, self.fitnesses
+
+    @property
+    def global_steps(self) -> int:
+        """Environment steps of the whole population (completed generations plus progress)."""
+        done = self.state.agent_steps * len(self.population)
+        return done + sum(self.state.slot_progress) * self.num_envs
+
+    def _train_phases(self, vector_steps: int, guard: InterruptGuard) -> list[PhaseResult]:
+        results = []
+        for slot, agent in enumerate(self.population):
+            remaining = vector_steps - self.state.slot_progress[slot]
+            if remaining > 0:
+                self._seed_env(slot)
+                result = self.phase(slot, agent, remaining, lambda: guard.requested)
+                self.state.slot_progress[slot] += result.vector_steps
+                results.append(result)
+            self.reporter.advance(self.global_steps)
+            if guard.requested:
+                self._interrupt()
+        return results
+
+    def _seed_env(self, position: int) -> None:
+        """With `env_seed`, reset the env to a seed fixed by (generation, position), so a resumed
+        run sees the same episodes as an uninterrupted one."""
+        if self.env_seed is not None:
+            self.env.reset(seed=self.env_seed + 100_003 * self.state.generation + 101 * position)
+
+    def _interrupt(self) -> None:
+        target = self.checkpointer if self.checkpointer is not None and self.checkpointer.manager is not None \
+            else RunCheckpointer(self.interrupt_path or "checkpoints")
+        path = self.save(target)
+        self.reporter.close()
+        raise TrainingInterrupted(path, self.global_steps)
+
+    def save(self, checkpointer: RunCheckpointer) -> Path | None:
+        """Checkpoint the run now (at a generation boundary or an interrupt), named by the steps
+        each agent has taken."""
+        evolution = {
+            "selection": self.selection.state_dict() if self.selection is not None else None,
+            "mutation": self.mutation.state_dict() if self.mutation is not None else None,
+        }
+        buffers = dict(self.buffers()) if self.buffers is not None else None
+        step = self.state.agent_steps + max(self.state.slot_progress or [0]) * self.num_envs
+        return checkpointer.save(step, self.population, evolution, self.state.to_dict(), buffers)
+
+    def _report_training(self, results: list[PhaseResult]) -> None:
+        returns = [r for result in results for r in result.episodic_returns]
+        lengths = [n for result in results for n in result.episode_lengths]
+        losses: dict[str, list[float]] = {}
+        for result in results:
+            for name, values in result.losses.items():
+                losses.setdefault(name, []).extend(values)
+        self.reporter.log_training(self.global_steps, returns, lengths, losses)
+
+    def _save_elite(self) -> None:
+        if not self.save_elite or not self.fitnesses:
+            return
+        best = self.population[int(np.argmax(self.fitnesses))]
+        best.save_checkpoint(self.elite_path or "elite")

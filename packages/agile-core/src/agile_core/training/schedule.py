@@ -1,0 +1,42 @@
+"""Exploration schedule of the epsilon-greedy loops."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class EpsilonSchedule:
+    """Exponentially decaying exploration rate: ``max(end, start * decay ** t)``.
+
+    `t` counts decay steps; the off-policy loop decays once per vector step of an agent (one
+    ``get_action`` call for all its sub-envs), as the seed's ``eps_decay`` does. With
+    ``decay == 1`` epsilon stays at `start`.
+    """
+
+    start: float = 1.0
+    end: float = 0.01
+    decay: float = 0.999
+
+    def __post_init__(self) -> None:
+        for name in ("start", "end"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"eps_{name} must lie in [0, 1], got {value}")
+        if not 0.0 < self.decay <= 1.0:
+            raise ValueError(f"eps_decay must lie in (0, 1], got {self.decay}")
+
+    def value(self, t: float) -> float:
+        """Epsilon after `t` decay steps."""
+        if t < 0:
+            raise ValueError(f"decay step must be >= 0, got {t}")
+        return max(self.end, self.start * self.decay ** t)
+
+    def steps_to_reach(self, epsilon: float) -> float:
+        """Decay steps until epsilon first reaches `epsilon` (inf when it never does)."""
+        if epsilon >= self.start:
+            return 0.0
+        if epsilon < self.end or self.decay == 1.0 or epsilon <= 0.0:
+            return math.inf
+        return math.log(epsilon / self.start) / math.log(self.decay)

@@ -1,0 +1,161 @@
+"""The on-policy training loop with evolutionary HPO (``train_on_policy``).
+
+Each generation every agent collects whole rollouts of ``learn_step`` environment steps (over
+its sub-environments) and learns from each, for ``evo_steps`` steps; then the population is
+evaluated, selected and mutated by the shared generation loop of agile-core, which also handles
+reporting, checkpoints, elite saving, Ctrl-C and resuming.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import VectorEnv
+
+from agile_core.hpo.mutation import Mutations
+from agile_core.hpo.protocols import SelectionStrategy
+from agile_core.training import as_vector_env, check_next_step_autoreset, resolve_selection_strategy
+from agile_core.training.checkpointing import RunCheckpointer
+from agile_core.training.generations import GenerationLoop, PhaseResult
+from agile_core.training.reporting import TrainingReporter
+from agile_onpolicy.collect import collect_rollouts
+from agile_onpolicy.rollout import RolloutBuffer
+
+__all__ = ["train_on_policy"]
+
+
+def _buffer_for(agent: Any, current: RolloutBuffer | None, num_envs: int) -> RolloutBuffer:
+    """Reuse a slot's buffer when it still fits the agent (learn_step may have mutated)."""
+    if current is not None and current.num_steps == agent.rollout_steps(num_envs) \
+            and current.recurrent == agent.recurrent:
+        return current
+    return agent.create_rollout_buffer(num_envs)
+
+
+def train_on_policy(
+    env: gym.Env | VectorEnv,
+    env_name: str,
+    algo: str,
+    pop: list[Any],
+    init_hp: dict[str, Any] | None = None,
+    mut_p: dict[str, Any] | None = None,
+    max_steps: int = 1_000_000,
+    evo_steps: int = 10_000,
+    eval_steps: int | None = None,
+    eval_loop: int = 1,
+    target: float | None = None,
+    selection_strategy: SelectionStrategy | None = None,
+    tournament: SelectionStrategy | None = None,
+    mutation: Mutations | None = None,
+    checkpoint: int | None = None,
+    checkpoint_path: str | None = None,
+    overwrite_checkpoints: bool = False,
+    save_elite: bool = False,
+    elite_path: str | None = None,
+    wb: bool = False,
+    tensorboard: bool = False,
+    tensorboard_log_dir: str | None = None,
+    verbose: bool = True,
+    accelerator: Any = None,
+    wandb_api_key: str | None = None,
+    wandb_kwargs: dict[str, Any] | None = None,
+    collect_rollouts_fn: Callable[..., Any] | None = None,
+    *,
+    resume_from_checkpoint: str | None = None,
+    seed: int | None = None,
+) -> tuple[list[Any], list[float]]:
+    """Train a population of on-policy agents (PPO) with evolutionary HPO.
+
+    Args:
+        env: Gymnasium env or vector env (next-step autoreset); a plain env runs as one sub-env.
+        env_name: Environment name (logged).
+        algo: Algorithm name (logged).
+        pop: The agents (PPO).
+        init_hp: Initial hyperparameters (logged); ``init_hp["CHANNELS_LAST"]`` moves image
+            channels first.
+        mut_p: Mutation parameters (logged).
+        max_steps: Environment steps per agent for the whole run.
+        evo_steps: Environment steps per agent between evolutions; each agent collects whole
+            rollouts, so it may take up to one rollout more.
+        eval_steps: Cap on the vector steps of an evaluation episode (None: until it ends).
+        eval_loop: Evaluation rounds; each gives one episode per sub-env.
+        target: Stop once every agent's latest fitness is at least this.
+        selection_strategy: Selection applied after each evaluation (None: no selection).
+        tournament: Deprecated alias of `selection_strategy` (DeprecationWarning).
+        mutation: Mutations applied to the agents selection marks (None: no mutation).
+        checkpoint: Save a run checkpoint every this many steps per agent (at generation ends).
+        checkpoint_path: Folder for checkpoints (default ``checkpoints``).
+        overwrite_checkpoints: Keep only the latest checkpoint.
+        save_elite: Save the best agent after every evaluation to `elite_path`.
+        elite_path: Where the elite is saved (default ``elite``).
+        wb: Log to Weights & Biases.
+        tensorboard: Log to TensorBoard.
+        tensorboard_log_dir: TensorBoard directory.
+        verbose: Progress bar and per-generation table.
+        accelerator: Distributed training is not supported: a non-None value raises ValueError.
+        wandb_api_key: W&B API key (else ``WANDB_API_KEY``).
+        wandb_kwargs: Extra ``wandb.init`` arguments.
+        collect_rollouts_fn: Replaces :func:`agile_onpolicy.collect.collect_rollouts`; it is
+            called as ``fn(agent, env, buffer, state=state, swap_channels=...)`` and must return
+            the collection state to pass to the next call (see that function's contract).
+        resume_from_checkpoint: Continue the run saved in this checkpoint (agents, counters,
+            selection and mutation state); `pop` is then replaced by the saved population.
+        seed: Reseed the environment at fixed points (each phase and evaluation), so a seeded
+            run is repeatable and a resumed run matches an uninterrupted one.
+
+    Returns:
+        The population after its last evaluation and each agent's fitness from that evaluation.
+    """
+    selection = resolve_selection_strategy(selection_strategy, tournament)
+    if not pop:
+        raise ValueError("pop must contain at least one agent")
+    if accelerator is not None:
+        raise ValueError("accelerator (distributed training) is not supported by train_on_policy")
+    for name, value in (("max_steps", max_steps), ("evo_steps", evo_steps), ("eval_loop", eval_loop)):
+        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    collect = collect_rollouts_fn or collect_rollouts
+    swap_channels = bool((init_hp or {}).get("CHANNELS_LAST", False))
+    vec_env = as_vector_env(env)
+    check_next_step_autoreset(vec_env)
+    num_envs = int(vec_env.num_envs)
+    buffers: list[RolloutBuffer | None] = [None] * len(pop)
+
+    def phase(slot: int, agent: Any, vector_steps: int, should_stop: Callable[[], bool]) -> PhaseResult:
+        buffer = buffers[slot] = _buffer_for(agent, buffers[slot], num_envs)
+        result = PhaseResult(vector_steps=0)
+        state = None  # the env was stepped by others since: start from a reset
+        while result.vector_steps < vector_steps and not should_stop():
+            state = collect(agent, vec_env, buffer, state=state, swap_channels=swap_channels)
+            for key, value in agent.learn(buffer).items():
+                result.losses.setdefault(key, []).append(float(value))
+            result.vector_steps += buffer.num_steps
+            returns, lengths = state.pop_finished()
+            result.episodic_returns += returns
+            result.episode_lengths += lengths
+        if result.episodic_returns:
+            agent.scores.append(float(np.mean(result.episodic_returns)))
+        return result
+
+    config = {"env_name": env_name, "algo": algo, "population_size": len(pop), "num_envs": num_envs,
+              "max_steps": max_steps, "evo_steps": evo_steps, "eval_steps": eval_steps, "eval_loop": eval_loop,
+              "target": target, "init_hp": init_hp, "mut_p": mut_p}
+    reporter = TrainingReporter(total_steps=max_steps * len(pop), desc=f"{algo} {env_name}", verbose=verbose,
+                                wb=wb, tensorboard=tensorboard, tensorboard_log_dir=tensorboard_log_dir,
+                                wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs, config=config)
+    loop = GenerationLoop(
+        population=list(pop), env=vec_env, phase=phase, max_steps=max_steps, evo_steps=evo_steps,
+        reporter=reporter, eval_steps=eval_steps, eval_loop=eval_loop, target=target, selection=selection,
+        mutation=mutation, swap_channels=swap_channels, save_elite=save_elite, elite_path=elite_path,
+        checkpointer=RunCheckpointer(checkpoint_path or "checkpoints", checkpoint, overwrite_checkpoints)
+        if checkpoint else None,
+        interrupt_path=checkpoint_path, env_seed=seed,
+    )
+    if resume_from_checkpoint is not None:
+        loop.restore(resume_from_checkpoint, device=str(pop[0].device))
+    with reporter:
+        population, fitnesses = loop.run()
+    return population, fitnesses

@@ -1,0 +1,146 @@
+"""train_on_policy: evolution, step counting, checkpoints and exact resume, Ctrl-C, learning."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from agile_core.hpo.hyperparameters import HyperparameterConfig, RLParameter
+from agile_core.hpo.mutation import Mutations
+from agile_core.hpo.selection import TournamentSelection
+from agile_core.training.interrupt import TrainingInterrupted
+from agile_onpolicy.collect import collect_rollouts
+from agile_onpolicy.ppo import PPO
+from agile_onpolicy.training import train_on_policy
+
+torch.set_num_threads(1)
+NET = {"latent_dim": 32, "encoder_config": {"hidden_size": [32]}, "head_config": {"hidden_size": [32]}}
+
+
+def cartpole(num_envs: int = 4) -> gym.vector.VectorEnv:
+    return gym.make_vec("CartPole-v1", num_envs=num_envs, vectorization_mode="vector_entry_point")
+
+
+def population(env: gym.vector.VectorEnv, size: int, **kwargs) -> list[PPO]:
+    hp = HyperparameterConfig(lr=RLParameter("lr", 1e-4, 1e-2))
+    settings = {"lr": 1e-3, "learn_step": 256, "batch_size": 64, "net_config": NET, **kwargs}
+    torch.manual_seed(0)
+    return [PPO(env.single_observation_space, env.single_action_space, index=i, seed=i, hp_config=hp, **settings)
+            for i in range(size)]
+
+
+def evolution(size: int, seed: int = 0) -> dict:
+    return {"selection_strategy": TournamentSelection(2, True, size, rng=seed),
+            "mutation": Mutations(no_mutation=0.2, architecture=0.2, parameters=0.2, rl_hp=0.4, rand_seed=seed)}
+
+
+def test_generations_evolve_and_count_steps():
+    env = cartpole()
+    pop, fitnesses = train_on_policy(env, "CartPole-v1", "PPO", population(env, 3), max_steps=2048, evo_steps=1024,
+                                     verbose=False, **evolution(3))
+    assert len(pop) == 3 and len(fitnesses) == 3
+    assert all(agent.steps == 2048 for agent in pop if agent.lineage.parent_id is None)
+    assert all(len(agent.fitness) >= 1 for agent in pop)
+    assert len({agent.index for agent in pop}) == 3
+
+
+def test_deprecated_tournament_alias_warns():
+    env = cartpole()
+    with pytest.warns(DeprecationWarning, match="tournament"):
+        train_on_policy(env, "CartPole-v1", "PPO", population(env, 2), max_steps=512, evo_steps=512, verbose=False,
+                        tournament=TournamentSelection(2, True, 2, rng=0))
+
+
+def test_custom_collect_function_is_used():
+    calls = []
+
+    def collect(agent, env, buffer, **kwargs):
+        calls.append(agent.index)
+        return collect_rollouts(agent, env, buffer, **kwargs)
+
+    env = cartpole()
+    train_on_policy(env, "CartPole-v1", "PPO", population(env, 2), max_steps=512, evo_steps=512, verbose=False,
+                    collect_rollouts_fn=collect)
+    assert calls == [0, 0, 1, 1]  # two 64-step rollouts of 4 envs per agent
+
+
+def _final_state(pop: list[PPO]) -> dict:
+    return {
+        "steps": [a.steps for a in pop], "indices": [a.index for a in pop], "lr": [a.lr for a in pop],
+        "fitness_len": [len(a.fitness) for a in pop],
+        "weights": [torch.cat([p.detach().flatten() for p in a.actor.parameters()]).tolist() for a in pop],
+    }
+
+
+RESUME_SCRIPT = textwrap.dedent("""
+    import json, sys, torch
+    sys.path.insert(0, {tests!r})
+    torch.set_num_threads(1)
+    from test_train_on_policy import cartpole, population, evolution, _final_state
+    from agile_onpolicy.training import train_on_policy
+    env = cartpole()
+    pop, _ = train_on_policy(env, "CartPole-v1", "PPO", population(env, 3), max_steps=3072, evo_steps=1024,
+                             verbose=False, seed=5, resume_from_checkpoint=sys.argv[1], **evolution(3))
+    print(json.dumps(_final_state(pop)))
+""")
+
+
+def test_resume_in_a_new_process_matches_the_uninterrupted_run(tmp_path):
+    env = cartpole()
+    pop, _ = train_on_policy(env, "CartPole-v1", "PPO", population(env, 3), max_steps=3072, evo_steps=1024,
+                             verbose=False, seed=5, checkpoint=1024, checkpoint_path=str(tmp_path / "ckpt"),
+                             **evolution(3))
+    expected = _final_state(pop)
+    halfway = tmp_path / "ckpt" / "checkpoint_000001024"
+    assert halfway.is_dir()
+    script = tmp_path / "resume.py"
+    script.write_text(RESUME_SCRIPT.format(tests=str(Path(__file__).parent)))
+    result = subprocess.run([sys.executable, str(script), str(halfway)], capture_output=True, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    resumed = json.loads(result.stdout.strip().splitlines()[-1])
+    for key in ("steps", "indices", "lr", "fitness_len"):
+        assert resumed[key] == expected[key], key
+    for mine, theirs in zip(expected["weights"], resumed["weights"], strict=True):
+        assert np.allclose(mine, theirs, atol=1e-6)
+
+
+def test_ctrl_c_saves_a_resumable_checkpoint(tmp_path):
+    env = cartpole()
+    timer = threading.Timer(1.5, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    with pytest.raises(TrainingInterrupted) as info:
+        train_on_policy(env, "CartPole-v1", "PPO", population(env, 2), max_steps=200_000, evo_steps=4096,
+                        verbose=False, checkpoint_path=str(tmp_path / "ckpt"), **evolution(2))
+    timer.cancel()
+    path = info.value.checkpoint_path
+    assert path is not None and path.is_dir()
+    pop, fitnesses = train_on_policy(env, "CartPole-v1", "PPO", population(env, 2), max_steps=4096, evo_steps=4096,
+                                     verbose=False, resume_from_checkpoint=str(path), **evolution(2))
+    assert len(fitnesses) == 2 and all(agent.fitness for agent in pop)
+
+
+@pytest.mark.learning
+def test_ppo_population_solves_cartpole():
+    """PPO, population 4, evolution on: best agent >= 475 over 10 greedy episodes within 150k steps."""
+    env = cartpole(8)
+    hp = HyperparameterConfig(lr=RLParameter("lr", 1e-4, 1e-2), batch_size=RLParameter("batch_size", 32, 512, int))
+    pop = [PPO(env.single_observation_space, env.single_action_space, index=i, seed=i, hp_config=hp, lr=1e-3,
+               learn_step=1024, batch_size=128, ent_coef=0.0,
+               net_config={"latent_dim": 64, "encoder_config": {"hidden_size": [64]}, "head_config": {"hidden_size": [64]}})
+           for i in range(4)]
+    pop, _ = train_on_policy(env, "CartPole-v1", "PPO", pop, max_steps=150_000, evo_steps=10_240, eval_loop=2,
+                             target=475, verbose=False, seed=0, **evolution(4))
+    assert max(agent.steps for agent in pop) <= 150_000 + 1024
+    evaluation_env = cartpole(10)
+    best = max(agent.test(evaluation_env, loop=1) for agent in pop)  # 10 greedy episodes each
+    assert best >= 475, best
