@@ -6,9 +6,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from agile_cli.commands import schema, validate
+from agile_cli.commands import schema, train, validate
 
-COMMANDS = (validate, schema)
+COMMANDS = (train, validate, schema)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -11,7 +11,7 @@ PARADIGM = Paradigm(
     env_spec=GymEnvSpec,
     hooks={
         "train_loop": "agile_offpolicy.training:train_off_policy",
-        "build_run": "agile_offpolicy.run:build_run",
-        "buffer_factory": "agile_offpolicy.buffers:build_buffer",
+        "loop_kwargs": "agile_offpolicy.run:loop_kwargs",
+        "buffer_factory": "agile_offpolicy.run:build_buffer",
     },
 )

@@ -11,6 +11,5 @@ PARADIGM = Paradigm(
     env_spec=GymEnvSpec,
     hooks={
         "train_loop": "agile_onpolicy.training:train_on_policy",
-        "build_run": "agile_onpolicy.run:build_run",
     },
 )

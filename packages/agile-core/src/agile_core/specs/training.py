@@ -53,19 +53,22 @@ class ReplayBufferSpec(Spec):
             object.__setattr__(self, "n_step_buffer", True)
         return self
 
-    def init_buffer(self, algo_spec: Any, device: Any = "cpu") -> Any:
-        """Build the main buffer for `algo_spec` through its paradigm (PER when `per_buffer`)."""
+    def init_buffer(self, algo_spec: Any, device: Any = "cpu", **spaces: Any) -> Any:
+        """Build the main buffer for `algo_spec` through its paradigm (PER when `per_buffer`);
+        pass `observation_space=` and `action_space=` (the buffer is preallocated from them)."""
         from agile_core.registry import paradigm_of
 
-        return paradigm_of(algo_spec.name).load_attr("buffer_factory")(self, algo_spec, device, n_step=False)
+        factory = paradigm_of(algo_spec.name).load_attr("buffer_factory")
+        return factory(self, algo_spec, device, n_step=False, **spaces)
 
-    def init_n_step_buffer(self, algo_spec: Any, device: Any = "cpu") -> Any:
+    def init_n_step_buffer(self, algo_spec: Any, device: Any = "cpu", **spaces: Any) -> Any:
         """Build the n-step buffer paired with a PER buffer; None unless both are switched on."""
         if not (self.per_buffer and self.n_step_buffer):
             return None
         from agile_core.registry import paradigm_of
 
-        return paradigm_of(algo_spec.name).load_attr("buffer_factory")(self, algo_spec, device, n_step=True)
+        factory = paradigm_of(algo_spec.name).load_attr("buffer_factory")
+        return factory(self, algo_spec, device, n_step=True, **spaces)
 
 
 class TrainingSpec(Spec):

@@ -1,0 +1,145 @@
+"""`agile train MANIFEST`: train a population from a manifest into a run directory."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def register(sub: Any) -> None:
+    """Add the `train` subcommand."""
+    parser = sub.add_parser(
+        "train",
+        help="train a population from a manifest",
+        description="Train a population of agents from a YAML/JSON manifest. Exit codes: 0 done, "
+                    "1 training failure, 2 invalid manifest or usage, 130 interrupted (after saving a "
+                    "resumable checkpoint).",
+    )
+    parser.add_argument("manifest", metavar="MANIFEST", help="training manifest (YAML or JSON)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a manifest field, e.g. --set training.pop_size=2 (repeatable)")
+    parser.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    parser.add_argument("--seed", type=int, help="seed for environments, networks and evolution")
+    parser.add_argument("--run-dir", metavar="DIR", help="run directory (default: runs/<manifest>-<timestamp>)")
+    parser.add_argument("--wb", action="store_true", help="log to Weights & Biases")
+    parser.add_argument("--wandb-api-key", metavar="KEY", help="W&B API key (default: $WANDB_API_KEY)")
+    parser.add_argument("--tensorboard", action="store_true", help="log to TensorBoard")
+    parser.add_argument("--tensorboard-log-dir", metavar="DIR", help="TensorBoard directory (default: RUN_DIR/tensorboard)")
+    parser.add_argument("--checkpoint-steps", type=int, metavar="N", help="checkpoint every N steps per agent")
+    parser.add_argument("--checkpoint-path", metavar="DIR", help="checkpoint folder (default: RUN_DIR/checkpoints)")
+    parser.add_argument("--overwrite-checkpoints", action="store_true", help="keep only the latest checkpoint")
+    parser.add_argument("--resume-from-checkpoint", metavar="PATH", help="continue an interrupted run")
+    parser.add_argument("--load-weights-from", metavar="PATH", help="start a new run from saved weights")
+    parser.add_argument("--save-elite", action="store_true", help="save the best agent after every evaluation")
+    parser.add_argument("--elite-path", metavar="DIR", help="where to save the elite (default: RUN_DIR/elite)")
+    verbosity = parser.add_mutually_exclusive_group()
+    verbosity.add_argument("--verbose", dest="verbose", action="store_true", default=True,
+                           help="progress bar and per-generation table (default)")
+    verbosity.add_argument("--quiet", dest="verbose", action="store_false", help="print only the result")
+    parser.set_defaults(handler=run)
+
+
+def _load_manifest(args: argparse.Namespace) -> Any:
+    from agile_core.overrides import apply_overrides
+    from agile_core.specs.manifest import validate_source
+    from agile_core.yaml_source import read_manifest_file
+
+    overrides = list(args.overrides)
+    if args.seed is not None:
+        overrides.append(f"training.seed={args.seed}")
+    return validate_source(apply_overrides(read_manifest_file(args.manifest), overrides))
+
+
+def _run_dir(args: argparse.Namespace) -> Path:
+    if args.run_dir:
+        return Path(args.run_dir)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{Path(args.manifest).stem}-{stamp}"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Validate, train, write the run directory; map outcomes to exit codes."""
+    from agile_core.errors import ManifestError
+
+    if args.resume_from_checkpoint and args.load_weights_from:
+        print("agile train: --resume-from-checkpoint and --load-weights-from are mutually exclusive", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        manifest = _load_manifest(args)
+    except ManifestError as exc:
+        print(exc.report(), file=sys.stderr)
+        return EXIT_USAGE
+    run_dir = _run_dir(args)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "manifest.resolved.json").write_text(manifest.to_json() + "\n", encoding="utf-8")
+    checkpoint_path = args.checkpoint_path or str(run_dir / "checkpoints")
+    elite_path = args.elite_path or str(run_dir / "elite")
+    from agile_core.training.interrupt import TrainingInterrupted
+
+    started = time.monotonic()
+    try:
+        from agile_core.trainer import LocalTrainer
+
+        trainer = LocalTrainer.from_manifest(manifest, device=args.device,
+                                             resume_from_checkpoint=args.resume_from_checkpoint,
+                                             load_weights_from=args.load_weights_from)
+        population, fitnesses = trainer.train(
+            verbose=args.verbose, save_elite=args.save_elite, elite_path=elite_path, wb=args.wb,
+            tensorboard=args.tensorboard, tensorboard_log_dir=args.tensorboard_log_dir or str(run_dir / "tensorboard"),
+            checkpoint_steps=args.checkpoint_steps, checkpoint_path=checkpoint_path,
+            overwrite_checkpoints=args.overwrite_checkpoints,
+            wandb_api_key=args.wandb_api_key or os.environ.get("WANDB_API_KEY"),
+        )
+    except TrainingInterrupted as exc:
+        print(f"\nInterrupted: {exc}\nResume with: {exc.resume_hint(args.manifest)}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except KeyboardInterrupt:
+        print("\nInterrupted before a checkpoint could be saved.", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # a training failure: concise message, traceback on request
+        print(f"agile train: training failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        if os.environ.get("AGILE_DEBUG"):
+            traceback.print_exc()
+        else:
+            print("(set AGILE_DEBUG=1 for the full traceback)", file=sys.stderr)
+        return EXIT_FAILED
+    summary = build_summary(population, fitnesses, manifest, time.monotonic() - started)
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    print(f"run directory: {run_dir}\nsummary: {run_dir / 'summary.json'}\n"
+          f"best fitness {max(fitnesses):.2f} (agent {summary['elite_id']}), "
+          f"{summary['total_steps']} steps at {summary['steps_per_second']:.0f} steps/s")
+    return EXIT_OK
+
+
+def build_summary(population: list[Any], fitnesses: list[float], manifest: Any, wall_time: float) -> dict[str, Any]:
+    """The documented `summary.json` of a run."""
+    import math
+
+    total_steps = int(sum(agent.steps for agent in population))
+    best = max(range(len(population)), key=lambda i: fitnesses[i])
+    target = manifest.training.target_score
+    reached = target is not None and all(not math.isnan(f) and f >= target for f in fitnesses)
+    return {
+        "agents": [
+            {"id": agent.index, "parent_id": agent.lineage.parent_id, "fitness": float(fitness),
+             "fitness_history": [float(v) for v in agent.fitness],
+             "hyperparameters": {k: v for k, v in agent.hyperparameters().items()
+                                 if isinstance(v, int | float | str | bool) or v is None},
+             "steps": int(agent.steps)}
+            for agent, fitness in zip(population, fitnesses, strict=True)
+        ],
+        "total_steps": total_steps,
+        "wall_time_s": round(wall_time, 3),
+        "steps_per_second": total_steps / wall_time if wall_time > 0 else 0.0,
+        "elite_id": population[best].index,
+        "target_reached": reached,
+        "target_reached_at_step": total_steps if reached else None,
+    }

@@ -1,0 +1,241 @@
+"""`Trainer` and `LocalTrainer`: one manifest in, a trained population out.
+
+The trainer is paradigm-free: it validates the manifest, builds the environment and the
+population from the registered specs, and hands them to the training loop its paradigm
+registered (hook `train_loop`), with extra loop arguments from the paradigm's `loop_kwargs`
+hook (the replay buffer of off-policy algorithms, for example).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import warnings
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any, Self
+
+from agile_core.registry import algorithm_spec, paradigm_of
+from agile_core.specs.algorithm import AlgorithmSpec
+from agile_core.specs.env import EnvSpec, GymEnvSpec
+from agile_core.specs.manifest import TrainingManifest
+from agile_core.specs.mutation import MutationSpec
+from agile_core.specs.selection import MultiFrequencySelectionSpec, TournamentSelectionSpec
+from agile_core.specs.training import ReplayBufferSpec, TrainingSpec
+
+
+class TrainerConfigError(ValueError):
+    """Trainer arguments that contradict each other (e.g. resume and warm start together)."""
+
+
+def _selection_alias(selection_strategy: Any, kwargs: dict[str, Any]) -> Any:
+    tournament = kwargs.pop("tournament", None)
+    if kwargs:
+        raise TypeError(f"unexpected trainer arguments: {', '.join(sorted(kwargs))}")
+    if tournament is None:
+        return selection_strategy
+    warnings.warn("`tournament` is deprecated; use `selection_strategy`", DeprecationWarning, stacklevel=3)
+    if selection_strategy is not None:
+        raise TrainerConfigError("give `selection_strategy` or its deprecated alias `tournament`, not both")
+    return tournament
+
+
+class Trainer(ABC):
+    """Base of the trainers: holds a validated manifest built from specs, names or env objects."""
+
+    def __init__(self, algorithm: AlgorithmSpec | str, environment: Any, training: TrainingSpec | None = None,
+                 mutation: MutationSpec | None = None, selection_strategy: Any = None,
+                 replay_buffer: ReplayBufferSpec | None = None, **kwargs: Any) -> None:
+        selection_strategy = _selection_alias(selection_strategy, kwargs)
+        spec: AlgorithmSpec = algorithm_spec(algorithm).model_validate({}) if isinstance(algorithm, str) else algorithm
+        self.env_object: Any = None
+        if isinstance(environment, EnvSpec):
+            env_spec = environment
+        elif isinstance(environment, str):
+            env_spec = paradigm_of(spec.name).env_spec(name=environment)
+        else:
+            self.env_object = environment
+            env_spec = paradigm_of(spec.name).env_spec(name=_env_name(environment), num_envs=_num_envs(environment))
+        self.manifest = TrainingManifest(
+            algorithm=spec, environment=env_spec, training=training or TrainingSpec(), mutation=mutation,
+            selection_strategy=selection_strategy, replay_buffer=replay_buffer,
+        )
+
+    @classmethod
+    def from_manifest(cls, manifest: str | Path | dict[str, Any] | TrainingManifest, **kwargs: Any) -> Self:
+        """A trainer from a YAML/JSON path, a dict or a TrainingManifest (kwargs go to the constructor)."""
+        validated = TrainingManifest.get_validated(manifest)
+        trainer = cls(algorithm=validated.algorithm, environment=validated.environment, training=validated.training,
+                      mutation=validated.mutation, selection_strategy=validated.selection_strategy,
+                      replay_buffer=validated.replay_buffer, **kwargs)
+        trainer.manifest = validated
+        return trainer
+
+    @abstractmethod
+    def train(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the training (locally or remotely)."""
+
+
+def _env_name(env: Any) -> str:
+    spec = getattr(env, "spec", None)
+    return getattr(spec, "id", None) or type(env).__name__
+
+
+def _num_envs(env: Any) -> int:
+    return int(getattr(env, "num_envs", 1))
+
+
+class LocalTrainer(Trainer):
+    """Train on this machine: builds env and population, then runs the paradigm's loop."""
+
+    def __init__(self, algorithm: AlgorithmSpec | str, environment: Any, training: TrainingSpec | None = None,
+                 mutation: MutationSpec | None = None, selection_strategy: Any = None,
+                 replay_buffer: ReplayBufferSpec | None = None, *, resume_from_checkpoint: str | None = None,
+                 load_weights_from: str | None = None, hpo: bool = False, device: str = "cpu",
+                 accelerator: Any = None, hp_config: Any = None, actor_network: Any = None,
+                 critic_network: Any = None, actor_networks: Any = None, critic_networks: Any = None,
+                 **kwargs: Any) -> None:
+        super().__init__(algorithm, environment, training, mutation, selection_strategy, replay_buffer, **kwargs)
+        if resume_from_checkpoint is not None and load_weights_from is not None:
+            raise TrainerConfigError("resume_from_checkpoint and load_weights_from are mutually exclusive: "
+                                     "resume continues a run, load_weights_from starts a new one from its weights")
+        if accelerator is not None:
+            raise TrainerConfigError("accelerator: distributed training is not supported by the local loops yet")
+        self.resume_from_checkpoint = resume_from_checkpoint
+        self.load_weights_from = load_weights_from
+        self.hpo = hpo
+        self.device = str(device)
+        self.hp_config = hp_config
+        self.networks = {"actor_network": actor_network, "critic_network": critic_network,
+                         "actor_networks": actor_networks, "critic_networks": critic_networks}
+
+    # ------------------------------------------------------------------ building blocks
+    @property
+    def evolving(self) -> bool:
+        """HPO is on when the manifest says so and a mutation or selection section (or `hpo`) asks for it."""
+        m = self.manifest
+        return m.training.hpo and (self.hpo or m.mutation is not None or m.selection_strategy is not None)
+
+    def make_env(self, num_envs: int | None = None) -> Any:
+        """The vector env of the manifest (or the env object given to the constructor)."""
+        if self.env_object is not None:
+            return self.env_object
+        from agile_core.environments import make_vector_env
+
+        env_spec = self.manifest.environment
+        if not isinstance(env_spec, GymEnvSpec):
+            raise TrainerConfigError(f"{type(env_spec).__name__} environments are built by their paradigm")
+        return make_vector_env(env_spec, base_dir=self.manifest.base_dir, seed=self.manifest.training.seed,
+                               num_envs=num_envs)
+
+    def make_hp_config(self) -> Any:
+        """Which hyperparameters mutate: the explicit `hp_config`, else the manifest's ranges."""
+        from agile_core.hpo.hyperparameters import HyperparameterConfig
+
+        if self.hp_config is not None:
+            return self.hp_config
+        if not self.evolving:
+            return HyperparameterConfig()
+        spec = self.manifest.algorithm
+        selection = self.manifest.resolved_mutation().rl_hp_selection or {}
+        return HyperparameterConfig.from_selection(selection, type(spec).numeric_hyperparameters())
+
+    def make_population(self, env: Any, hp_config: Any) -> list[Any]:
+        """`pop_size` agents of the manifest's algorithm, seeded per index."""
+        spec = self.manifest.algorithm
+        module_name, _, class_name = type(spec).algorithm_class.partition(":")
+        algorithm_class = getattr(importlib.import_module(module_name), class_name)
+        accepted = inspect.signature(algorithm_class).parameters
+        seed = self.manifest.training.seed
+        kwargs = {k: v for k, v in spec.hyperparameters().items() if k in accepted}
+        if "net_config" in accepted and self.manifest.network is not None:
+            kwargs["net_config"] = self.manifest.network.model_dump(exclude_none=True)
+        kwargs.update({k: v for k, v in self.networks.items() if v is not None and k in accepted})
+        population = []
+        for index in range(self.manifest.training.pop_size):
+            agent_kwargs = dict(kwargs)
+            if "seed" in accepted:
+                agent_kwargs["seed"] = None if seed is None else seed + index
+            population.append(algorithm_class(
+                env.single_observation_space, env.single_action_space, index=index, hp_config=hp_config,
+                device=self.device, **agent_kwargs))
+        return population
+
+    def make_selection_and_mutation(self) -> tuple[Any, Any]:
+        """Selection strategy and Mutations objects (None, None when HPO is off)."""
+        if not self.evolving:
+            return None, None
+        from agile_core.hpo.multi_frequency import MultiFrequencySelection
+        from agile_core.hpo.mutation import Mutations
+        from agile_core.hpo.selection import TournamentSelection
+
+        training = self.manifest.training
+        seed = self.manifest.mutation.rand_seed if self.manifest.mutation else training.seed
+        selection_spec = self.manifest.resolved_selection()
+        if isinstance(selection_spec, MultiFrequencySelectionSpec):
+            selection: Any = MultiFrequencySelection(
+                population_size=training.pop_size, n_subpopulations=selection_spec.n_subpopulations,
+                evolution_frequency_ratios=selection_spec.evolution_frequency_ratios,
+                n_winners=selection_spec.n_winners, n_survivors=selection_spec.n_survivors,
+                n_open_for_migration=selection_spec.n_open_for_migration, n_losers=selection_spec.n_losers,
+                eval_loop=training.eval_loop, rng=seed)
+        elif training.pop_size >= 2:
+            assert isinstance(selection_spec, TournamentSelectionSpec)
+            selection = TournamentSelection(min(selection_spec.tournament_size, training.pop_size),
+                                            selection_spec.elitism, training.pop_size,
+                                            eval_loop=training.eval_loop, rng=seed)
+        else:
+            selection = None
+        return selection, Mutations.from_spec(self.manifest.resolved_mutation())
+
+    # ------------------------------------------------------------------ training
+    def train(self, verbose: bool = True, save_elite: bool = False, elite_path: str | None = None, wb: bool = False,
+              tensorboard: bool = False, tensorboard_log_dir: str | None = None, checkpoint_steps: int | None = None,
+              checkpoint_path: str | None = None, overwrite_checkpoints: bool = False,
+              wandb_api_key: str | None = None, wandb_kwargs: dict[str, Any] | None = None) -> tuple[list[Any], list[float]]:
+        """Train locally; return (population, fitnesses of the last evaluation)."""
+        manifest = self.manifest
+        training = manifest.training
+        paradigm = paradigm_of(manifest.algorithm.name)
+        env = self.make_env()
+        hp_config = self.make_hp_config()
+        population = self.make_population(env, hp_config)
+        if self.load_weights_from is not None:
+            _warm_start(population, self.load_weights_from, self.device)
+        selection, mutation = self.make_selection_and_mutation()
+        loop = paradigm.load_attr("train_loop")
+        extra = paradigm.load_attr("loop_kwargs")(manifest, env, self.device) if "loop_kwargs" in paradigm.hooks else {}
+        accepted = inspect.signature(loop).parameters
+        arguments: dict[str, Any] = {
+            "max_steps": training.max_steps, "evo_steps": manifest.evo_steps, "eval_steps": training.eval_steps,
+            "eval_loop": training.eval_loop, "target": training.target_score, "selection_strategy": selection,
+            "mutation": mutation, "checkpoint": checkpoint_steps or training.checkpoint_steps,
+            "checkpoint_path": checkpoint_path or training.checkpoint_path,
+            "overwrite_checkpoints": overwrite_checkpoints or training.overwrite_checkpoints,
+            "save_elite": save_elite, "elite_path": elite_path, "wb": wb, "tensorboard": tensorboard,
+            "tensorboard_log_dir": tensorboard_log_dir, "verbose": verbose, "wandb_api_key": wandb_api_key,
+            "wandb_kwargs": wandb_kwargs, "resume_from_checkpoint": self.resume_from_checkpoint,
+            "seed": training.seed, "init_hp": manifest.algorithm.hyperparameters(),
+            "mut_p": manifest.resolved_mutation().model_dump(mode="json") if selection or mutation else None,
+            **extra,
+        }
+        unsupported = [k for k, v in arguments.items() if k not in accepted and v not in (None, False)]
+        if unsupported:
+            raise TrainerConfigError(f"the {paradigm.name} loop does not support: {', '.join(sorted(unsupported))}")
+        arguments = {k: v for k, v in arguments.items() if k in accepted}
+        return loop(env, manifest.environment.name, manifest.algorithm.name, population, **arguments)
+
+
+def _warm_start(population: list[Any], path: str, device: str) -> None:
+    """Give each agent the weights of a saved agent or of the matching member of a saved run."""
+    from agile_core.checkpoint import inspect_checkpoint
+    from agile_core.training.checkpointing import resolve_run_checkpoint, resume_run
+
+    target = resolve_run_checkpoint(path)
+    if inspect_checkpoint(target).metadata.get("kind") == "agent":
+        for agent in population:
+            agent.load_weights(target)
+        return
+    saved = resume_run(target, device=device, weights_only=True).agents
+    for position, agent in enumerate(population):
+        agent.copy_weights_from(saved[position % len(saved)])

@@ -1,0 +1,21 @@
+"""Training functions, as in `agilerl.training` (loaded from their paradigm packages on use)."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_FUNCTIONS = {
+    "train_off_policy": "agile_offpolicy.training",
+    "train_on_policy": "agile_onpolicy.training",
+    "LocalTrainer": "agile_core.trainer",
+    "Trainer": "agile_core.trainer",
+}
+
+__all__ = sorted(_FUNCTIONS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FUNCTIONS:
+        return getattr(importlib.import_module(_FUNCTIONS[name]), name)
+    raise AttributeError(f"module 'agile.training' has no attribute '{name}'")
