@@ -1,0 +1,122 @@
+"""`agile train`: real (tiny) runs in subprocesses, overrides, exit codes, Ctrl-C and resume."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PPO = ROOT / "configs" / "training" / "ppo_cartpole.yaml"
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+TINY = ["--set", "training.max_steps=2048", "--set", "training.evo_steps=1024", "--set", "algorithm.learn_step=256",
+        "--quiet"]
+
+
+def agile(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "agile_cli.main", *args], capture_output=True, text=True,
+                          env=ENV, cwd=ROOT, timeout=timeout)
+
+
+def test_train_writes_run_directory_and_summary(tmp_path):
+    result = agile("train", str(PPO), *TINY, "--set", "training.pop_size=2", "--run-dir", str(tmp_path / "run"),
+                   "--save-elite")
+    assert result.returncode == 0, result.stderr
+    assert f"run directory: {tmp_path / 'run'}" in result.stdout
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert len(summary["agents"]) == 2  # the --set override took effect
+    assert {"agents", "total_steps", "wall_time_s", "steps_per_second", "elite_id", "target_reached",
+            "target_reached_at_step"} <= set(summary)
+    agent = summary["agents"][0]
+    assert {"id", "parent_id", "fitness", "fitness_history", "hyperparameters", "steps"} <= set(agent)
+    assert summary["total_steps"] == sum(a["steps"] for a in summary["agents"])
+    resolved = json.loads((tmp_path / "run" / "manifest.resolved.json").read_text())
+    assert resolved["training"]["pop_size"] == 2
+    assert (tmp_path / "run" / "elite" / "manifest.json").is_file()
+
+
+def test_bad_override_exits_2_with_the_path(tmp_path):
+    result = agile("train", str(PPO), "--set", "training.pop_size=-1", "--run-dir", str(tmp_path / "r"))
+    assert result.returncode == 2
+    assert "training.pop_size: input should be greater than or equal to 1 (got -1)" in result.stderr
+    assert "Traceback" not in result.stderr
+    malformed = agile("train", str(PPO), "--set", "pop_size", "--run-dir", str(tmp_path / "r"))
+    assert malformed.returncode == 2 and "--set expects dotted.key=value" in malformed.stderr
+
+
+def test_conflicting_resume_options_exit_2(tmp_path):
+    result = agile("train", str(PPO), "--resume-from-checkpoint", "a", "--load-weights-from", "b")
+    assert result.returncode == 2 and "mutually exclusive" in result.stderr
+
+
+def test_training_failure_exits_1(tmp_path):
+    result = agile("train", str(PPO), *TINY, "--resume-from-checkpoint", str(tmp_path / "missing"),
+                   "--run-dir", str(tmp_path / "r"))
+    assert result.returncode == 1
+    assert "training failed" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_python_dash_m_agile_train(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "agile.train", str(PPO), *TINY, "--set", "training.pop_size=1",
+                             "--run-dir", str(tmp_path / "run")], capture_output=True, text=True, env=ENV, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+
+
+def test_ctrl_c_exits_130_and_the_checkpoint_resumes_to_the_end(tmp_path):
+    run_dir = tmp_path / "run"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "agile_cli.main", "train", str(PPO), "--set", "training.pop_size=2",
+         "--set", "training.max_steps=40960", "--set", "training.evo_steps=2048", "--set", "algorithm.learn_step=256",
+         "--set", "training.target_score=null", "--quiet", "--run-dir", str(run_dir)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, cwd=ROOT)
+    time.sleep(12)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err
+    assert "--resume-from-checkpoint" in err
+    checkpoint = err.split("--resume-from-checkpoint", 1)[1].split()[0]
+    resumed = agile("train", str(PPO), "--set", "training.pop_size=2", "--set", "training.max_steps=40960",
+                    "--set", "training.evo_steps=2048", "--set", "algorithm.learn_step=256",
+                    "--set", "training.target_score=null", "--quiet", "--run-dir", str(tmp_path / "resumed"),
+                    "--resume-from-checkpoint", checkpoint, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr
+    summary = json.loads((tmp_path / "resumed" / "summary.json").read_text())
+    assert all(agent["steps"] >= 40960 for agent in summary["agents"] if agent["parent_id"] is None)
+
+
+def test_local_trainer_minimal_example_and_deprecated_alias():
+    import gymnasium as gym
+
+    from agile import LocalTrainer
+    from agile.models import (
+        MutationProbabilities,
+        MutationSpec,
+        TournamentSelectionSpec,
+        TrainingSpec,
+    )
+
+    env = gym.make_vec("CartPole-v1", num_envs=4, vectorization_mode="vector_entry_point")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer = LocalTrainer(
+            algorithm="PPO", environment=env,
+            training=TrainingSpec(max_steps=2048, evo_steps=1024, population_size=2),
+            mutation=MutationSpec(probabilities=MutationProbabilities(no_mut=0.5, arch_mut=0.3, rl_hp_mut=0.2)),
+            tournament=TournamentSelectionSpec(tournament_size=2, elitism=True),
+        )
+    assert any(issubclass(w.category, DeprecationWarning) for w in caught)
+    population, fitnesses = trainer.train(verbose=False)
+    assert len(population) == 2 and len(fitnesses) == 2
+
+
+def test_resume_and_warm_start_are_mutually_exclusive():
+    from agile import LocalTrainer
+    from agile_core.trainer import TrainerConfigError
+
+    with pytest.raises(TrainerConfigError, match="mutually exclusive"):
+        LocalTrainer(algorithm="PPO", environment="CartPole-v1", resume_from_checkpoint="a", load_weights_from="b")
