@@ -76,7 +76,7 @@ def test_ctrl_c_exits_130_and_the_checkpoint_resumes_to_the_end(tmp_path):
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, cwd=ROOT)
     time.sleep(12)
     process.send_signal(signal.SIGINT)
-    out, err = process.communicate(timeout=120)
+    _, err = process.communicate(timeout=120)
     assert process.returncode == 130, err
     assert "--resume-from-checkpoint" in err
     checkpoint = err.split("--resume-from-checkpoint", 1)[1].split()[0]
