@@ -1,46 +1,7 @@
 """Manifest models (pydantic specs), as in `agilerl.models`."""
 
-from agile_core.specs.algorithm import AlgorithmSpec
-from agile_core.specs.env import EnvSpec, GymEnvSpec, WrapperSpec
+from agile_core.specs import *  # noqa: F403 - the specs package defines the public names
+from agile_core.specs import __all__ as _spec_names
 from agile_core.specs.manifest import TrainingManifest
-from agile_core.specs.mutation import MutationProbabilities, MutationSpec, RLHyperparameter
-from agile_core.specs.network import (
-    CnnConfig,
-    FinetuningNetworkSpec,
-    LoraConfig,
-    LstmConfig,
-    MlpConfig,
-    MultiInputConfig,
-    NetworkSpec,
-)
-from agile_core.specs.selection import (
-    MultiFrequencySelectionSpec,
-    SelectionStrategySpec,
-    TournamentSelectionSpec,
-)
-from agile_core.specs.training import NStepBufferArgs, PerBufferArgs, ReplayBufferSpec, TrainingSpec
 
-__all__ = [
-    "AlgorithmSpec",
-    "CnnConfig",
-    "EnvSpec",
-    "FinetuningNetworkSpec",
-    "GymEnvSpec",
-    "LoraConfig",
-    "LstmConfig",
-    "MlpConfig",
-    "MultiFrequencySelectionSpec",
-    "MultiInputConfig",
-    "MutationProbabilities",
-    "MutationSpec",
-    "NStepBufferArgs",
-    "NetworkSpec",
-    "PerBufferArgs",
-    "RLHyperparameter",
-    "ReplayBufferSpec",
-    "SelectionStrategySpec",
-    "TournamentSelectionSpec",
-    "TrainingManifest",
-    "TrainingSpec",
-    "WrapperSpec",
-]
+__all__ = [*_spec_names, "TrainingManifest"]
