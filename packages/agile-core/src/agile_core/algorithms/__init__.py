@@ -2,6 +2,7 @@
 
 from agile_core.algorithms.base import (
     EvolvableAlgorithm,
+    LLMAlgorithm,
     MultiAgentAlgorithm,
     NetworkGroup,
     OptimizerSlot,
@@ -11,6 +12,7 @@ from agile_core.algorithms.spaces import UnsupportedSpaceError, check_space
 
 __all__ = [
     "EvolvableAlgorithm",
+    "LLMAlgorithm",
     "MultiAgentAlgorithm",
     "NetworkGroup",
     "OptimizerSlot",

@@ -156,9 +156,9 @@ class EvolvableAlgorithm(ABC):
     def copy_weights_from(self, other: EvolvableAlgorithm) -> None:
         """Take `other`'s networks (architecture and weights), keeping own hyperparameters."""
         for name in self.network_names:
-            source: EvolvableModule = getattr(other, name)
-            mine: EvolvableModule = getattr(self, name)
-            if mine.config == source.config:
+            source = getattr(other, name)
+            mine = getattr(self, name)
+            if not isinstance(mine, EvolvableModule) or mine.config == source.config:
                 mine.load_state_dict(source.state_dict())
             else:
                 setattr(self, name, source.clone())
@@ -210,7 +210,7 @@ class EvolvableAlgorithm(ABC):
             return
         done.append(network)
 
-    def mutate_parameters(self, rng: np.random.Generator, sd: float) -> None:
+    def mutate_parameters(self, rng: np.random.Generator, sd: float) -> dict[str, Any] | None:
         """Add Gaussian noise of scale `sd` x (each tensor's std) to the policy's weights."""
         generator = torch.Generator().manual_seed(int(rng.integers(0, 2**62)))
         policy: nn.Module = getattr(self, self.policy_name)
@@ -221,6 +221,7 @@ class EvolvableAlgorithm(ABC):
                 scale = float(param.detach().std()) or 1.0
                 noise = torch.randn(param.shape, generator=generator, dtype=param.dtype)
                 param.add_(noise.to(param.device) * sd * scale)
+        return {"mutation_sd": sd}
 
     def mutate_hyperparameter(self, rng: np.random.Generator) -> dict[str, Any] | None:
         """Grow or shrink one hyperparameter of `hp_config` within its range."""
@@ -349,6 +350,28 @@ class MultiAgentAlgorithm(EvolvableAlgorithm):
         self.agent_ids = list(observation_spaces)
         self.observation_spaces = dict(observation_spaces)
         self.action_spaces = dict(action_spaces)
+
+
+class LLMAlgorithm(EvolvableAlgorithm):
+    """Finetunes a pretrained model (e.g. a Hugging Face causal LM, with or without LoRA).
+
+    Its networks are ordinary torch modules, not evolvable ones: architecture, activation and
+    parameter-noise mutations would destroy pretrained weights, so they do nothing (the mutation
+    is recorded as "None") and evolution acts on hyperparameters (`rl_hp_mut`), selection and
+    cloning only.
+    """
+
+    def mutate_architecture(self, rng: np.random.Generator, new_layer_prob: float) -> dict[str, Any] | None:
+        """Pretrained architectures are fixed."""
+        return None
+
+    def mutate_activation(self, rng: np.random.Generator) -> dict[str, Any] | None:
+        """Pretrained activations are fixed."""
+        return None
+
+    def mutate_parameters(self, rng: np.random.Generator, sd: float) -> dict[str, Any] | None:
+        """Pretrained weights are not perturbed."""
+        return None
 
 
 def _unique_params(modules: Iterable[nn.Module]) -> list[nn.Parameter]:

@@ -85,7 +85,7 @@ def agent_state(agent: EvolvableAlgorithm) -> tuple[dict[str, Any], dict[str, An
         "kind": AGENT_KIND,
         "algorithm": f"{type(agent).__module__}:{type(agent).__qualname__}",
         "init_args": encode_argument(getattr(agent, "_init_args", {})),
-        "network_configs": {name: getattr(agent, name).config for name in agent.network_names},
+        "network_configs": {name: _architecture(getattr(agent, name)) for name in agent.network_names},
         "hyperparameters": encode_argument(agent.hyperparameters()),
         "hp_config": agent.hp_config.to_dict(),
         "index": agent.index,
@@ -106,6 +106,11 @@ def agent_state(agent: EvolvableAlgorithm) -> tuple[dict[str, Any], dict[str, An
     return meta, tensors
 
 
+def _architecture(network: Any) -> dict[str, Any] | None:
+    """An evolvable network's config; None for a fixed (e.g. pretrained) module."""
+    return network.config if isinstance(network, EvolvableModule) else None
+
+
 def restore_agent(agent: EvolvableAlgorithm, meta: Mapping[str, Any], tensors: Mapping[str, Any],
                   weights_only: bool = False) -> None:
     """Load architecture and weights (and, unless `weights_only`, everything else) into `agent`."""
@@ -113,8 +118,8 @@ def restore_agent(agent: EvolvableAlgorithm, meta: Mapping[str, Any], tensors: M
     for name, config in meta["network_configs"].items():
         if name not in agent.network_names:
             raise CheckpointError(str(name), f"the checkpoint has a network {name!r} that {type(agent).__name__} lacks")
-        network: EvolvableModule = getattr(agent, name)
-        if network.config != config:
+        network = getattr(agent, name)
+        if config is not None and network.config != config:
             network = from_config(config, device=agent.device)
             setattr(agent, name, network)
         network.load_state_dict(tensors["networks"][name])

@@ -66,8 +66,7 @@ class Mutations:
         if operator == "act_mut":
             return agent.mutate_activation(self.rng) or {}
         if operator == "params_mut":
-            agent.mutate_parameters(self.rng, self.mutation_sd)
-            return {"mutation_sd": self.mutation_sd}
+            return agent.mutate_parameters(self.rng, self.mutation_sd) or {}
         if operator == "rl_hp_mut":
             return agent.mutate_hyperparameter(self.rng) or {}
         if operator == "no_mut":
@@ -86,7 +85,7 @@ class Mutations:
 
 def describe(operator: str, details: dict[str, Any]) -> str:
     """A short human-readable description of a mutation, for tables and logs."""
-    if operator == "no_mut" or (not details and operator != "params_mut"):
+    if operator == "no_mut" or not details:
         return "None"
     if operator == "rl_hp_mut":
         return f"{details['hyperparameter']} {_short(details['old'])}->{_short(details['new'])}"
