@@ -14,7 +14,7 @@ from tests.core.test_agent_checkpoint import ACT, OBS, TinyQ, batch
 def test_checkpointer_schedule_and_resume(tmp_path):
     agents = [TinyQ(OBS, ACT, index=i, seed=i) for i in range(2)]
     checkpointer = RunCheckpointer(tmp_path / "ckpt", every=100)
-    assert checkpointer.due(0) and checkpointer.due(100)
+    assert not checkpointer.due(0) and not checkpointer.due(99) and checkpointer.due(100)
     first = checkpointer.save(100, agents, {"generation": 1}, {"steps": 100})
     assert not checkpointer.due(150) and checkpointer.due(200)
     agents[0].learn(batch(0))

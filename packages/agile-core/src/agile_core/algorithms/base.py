@@ -188,24 +188,27 @@ class EvolvableAlgorithm(ABC):
         """Apply mutation `name` to each policy (parameters sampled once, from `rng`, unless given),
         replay it on the followers, then rebuild the optimizers keeping unchanged state."""
         before = self._named_parameters()
+        # One seed for every network's new weights: seeded runs repeat, and a follower of the
+        # same shape (a target network) gets exactly the weights its policy got.
+        seed = int((rng if rng is not None else np.random.default_rng()).integers(2**62))
         applied: dict[str, Any] = {"mutation": name, "networks": []}
         for group in self._groups:
             policy: EvolvableModule = getattr(self, group.policy)
             if name not in policy.mutation_methods():
                 continue
-            resolved = policy.mutate(name, rng, **(applied.get("kwargs") or kwargs))
+            resolved = policy.mutate(name, np.random.default_rng(seed), **(applied.get("kwargs") or kwargs))
             applied.setdefault("kwargs", resolved)
             applied["networks"].append(group.policy)
             for follower in group.followers:
-                self._replay(follower, name, applied["kwargs"], applied["networks"])
+                self._replay(follower, name, applied["kwargs"], applied["networks"], seed)
         self.rebuild_optimizers(keep_state=True, previous=before)
         self.after_architecture_change()
         return applied
 
-    def _replay(self, network: str, name: str, kwargs: dict[str, Any], done: list[str]) -> None:
+    def _replay(self, network: str, name: str, kwargs: dict[str, Any], done: list[str], seed: int) -> None:
         module: EvolvableModule = getattr(self, network)
         try:
-            module.mutate(name, **kwargs)
+            module.mutate(name, np.random.default_rng(seed), **kwargs)
         except MutationError:
             return
         done.append(network)

@@ -23,13 +23,18 @@ class RunCheckpointer:
         self.every = every
         self.save_buffers = save_buffers
         self.manager = CheckpointManager(self.root, overwrite=overwrite) if self.root is not None else None
-        self._last_saved_block = -1
+        self._last_saved_block = 0
 
     def due(self, step: int) -> bool:
-        """Whether `step` crossed into a new block of `every` steps since the last save."""
+        """Whether `step` reached a new multiple of `every` since the last save (or the start)."""
         if self.manager is None or not self.every:
             return False
         return step // self.every > self._last_saved_block
+
+    def start_from(self, step: int) -> None:
+        """On resume: count blocks from `step`, so the next save is at the next multiple of `every`."""
+        if self.every:
+            self._last_saved_block = step // self.every
 
     def save(self, step: int, agents: list[Any], evolution: Mapping[str, Any], loop: Mapping[str, Any],
              buffers: Mapping[str, Any] | None = None) -> Path | None:

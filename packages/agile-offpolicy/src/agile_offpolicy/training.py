@@ -1,0 +1,240 @@
+"""The off-policy training loop with evolutionary HPO (``train_off_policy``).
+
+One generation:
+
+1. every agent, in turn, resets the env and collects ``evo_steps`` environment steps with
+   epsilon-greedy actions into the population's shared replay memory, learning from it every
+   ``learn_step`` steps;
+2. every agent is evaluated greedily (``agent.test``), appending to its ``fitness``;
+3. the run stops when every agent reached ``target`` or ``max_steps`` are spent; otherwise the
+   population is selected and mutated, and the next generation starts.
+
+Steps 2-3, reporting, checkpoints, elite saving, Ctrl-C and resuming are the shared
+:class:`~agile_core.training.generations.GenerationLoop`; this module writes step 1 (the phase).
+
+Step units: ``max_steps``, ``evo_steps``, ``learning_delay`` and an agent's ``learn_step`` count
+environment steps of ONE agent summed over its sub-envs (a vector step of 8 sub-envs is 8 steps).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import VectorEnv
+
+from agile_core.hpo.mutation import Mutations
+from agile_core.hpo.protocols import SelectionStrategy
+from agile_core.training import (
+    EpisodeTracker,
+    EpsilonSchedule,
+    TrainingReporter,
+    as_vector_env,
+    check_next_step_autoreset,
+    resolve_selection_strategy,
+    swap_image_channels,
+)
+from agile_core.training.checkpointing import RunCheckpointer
+from agile_core.training.generations import GenerationLoop, PhaseResult
+from agile_offpolicy.buffers import ReplayBuffer
+
+__all__ = ["train_off_policy"]
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
+def _collect_and_learn(agent: Any, env: VectorEnv, memory: ReplayBuffer, vector_steps: int,
+                       schedule: EpsilonSchedule, learning_delay: int, learn_credit: list[int], slot: int,
+                       swap_channels: bool, should_stop: Callable[[], bool]) -> PhaseResult:
+    """Run `agent` for up to `vector_steps` vector steps from a fresh reset, adding to and
+    learning from `memory` as it goes.
+
+    ``learn_credit[slot]`` counts environment steps not yet paid for by a learning step: each
+    vector step adds ``num_envs``, each learning step costs ``agent.learn_step``. Credit earned
+    before the memory holds ``max(batch_size, learning_delay)`` transitions is dropped.
+    Stops early (between vector steps) once `should_stop()` is true.
+    """
+    num_envs = env.num_envs
+    result = PhaseResult(vector_steps=0, losses={"loss": []})
+    tracker = EpisodeTracker(num_envs)
+    obs, info = env.reset()
+    if swap_channels:
+        obs = swap_image_channels(obs)
+    while result.vector_steps < vector_steps and not should_stop():
+        epsilon = schedule.value(agent.steps / num_envs)
+        action = agent.get_action(obs, epsilon=epsilon, action_mask=info.get("action_mask"))
+        next_obs, reward, terminated, truncated, info = env.step(action)
+        if swap_channels:
+            next_obs = swap_image_channels(next_obs)
+
+        # After next-step autoreset the step only reset the sub-env: no transition to store.
+        valid = tracker.step(reward, terminated, truncated)
+        memory.add(obs, action, reward, next_obs, terminated, truncated=truncated, mask=valid)
+        obs = next_obs
+        agent.steps += num_envs
+        result.vector_steps += 1
+
+        updates, learn_credit[slot] = divmod(learn_credit[slot] + num_envs, agent.learn_step)
+        if len(memory) >= max(agent.batch_size, learning_delay):
+            for _ in range(updates):
+                batch = memory.sample(agent.batch_size, getattr(agent, "rng", None))
+                result.losses["loss"].append(agent.learn(batch))
+    result.episodic_returns, result.episode_lengths = tracker.pop_finished()
+    if result.episodic_returns:
+        agent.scores.append(float(np.mean(result.episodic_returns)))
+    return result
+
+
+def train_off_policy(
+    env: gym.Env | VectorEnv,
+    env_name: str,
+    algo: str,
+    pop: list[Any],
+    memory: ReplayBuffer,
+    init_hp: dict[str, Any] | None = None,
+    mut_p: dict[str, Any] | None = None,
+    max_steps: int = 1_000_000,
+    evo_steps: int = 10_000,
+    eval_steps: int | None = None,
+    eval_loop: int = 1,
+    learning_delay: int = 0,
+    eps_start: float = 1.0,
+    eps_end: float = 0.01,
+    eps_decay: float = 0.999,
+    target: float | None = None,
+    n_step_memory: Any = None,
+    selection_strategy: SelectionStrategy | None = None,
+    tournament: SelectionStrategy | None = None,
+    mutation: Mutations | None = None,
+    checkpoint: int | None = None,
+    checkpoint_path: str | None = None,
+    overwrite_checkpoints: bool = False,
+    save_elite: bool = False,
+    elite_path: str | None = None,
+    wb: bool = False,
+    tensorboard: bool = False,
+    tensorboard_log_dir: str | None = None,
+    verbose: bool = True,
+    accelerator: Any = None,
+    wandb_api_key: str | None = None,
+    wandb_kwargs: dict[str, Any] | None = None,
+    *,
+    resume_from_checkpoint: str | None = None,
+    seed: int | None = None,
+) -> tuple[list[Any], list[float]]:
+    """Train a population of epsilon-greedy off-policy agents (DQN) with evolutionary HPO.
+
+    Args:
+        env: Gymnasium env or vector env (next-step autoreset); a plain env runs as one sub-env.
+        env_name: Environment name (logged).
+        algo: Algorithm name (logged).
+        pop: The agents; each needs ``get_action(obs, epsilon, action_mask)``, ``learn(batch)``,
+            ``test(env, swap_channels, max_steps, loop)``, ``steps``, ``batch_size``, ``learn_step``.
+        memory: Replay memory shared by the population (used in place, not copied): every agent
+            adds its transitions and samples batches from everyone's, as off-policy learning
+            allows. Sharing gives each agent the population's data diversity, keeps one memory
+            per run (not per agent) and survives selection unchanged. Batches are drawn with the
+            agent's own ``rng`` (saved in checkpoints) when it has one, else with the memory's.
+        init_hp: Initial hyperparameters (logged). ``init_hp["CHANNELS_LAST"]`` (bool) moves
+            the channel axis of image observations first before the agent sees them; the memory
+            then stores channels-first observations.
+        mut_p: Mutation parameters (logged).
+        max_steps: Environment steps per agent for the whole run.
+        evo_steps: Environment steps per agent between evolutions (rounded up to whole vector
+            steps; the last generation may be shorter to end at `max_steps`).
+        eval_steps: Cap on the vector steps of an evaluation episode (None: until it ends).
+        eval_loop: Evaluation rounds; each gives one episode per sub-env.
+        learning_delay: An agent learns only once its memory holds this many transitions
+            (and at least ``batch_size``).
+        eps_start: Initial exploration rate.
+        eps_end: Final exploration rate.
+        eps_decay: Multiplicative epsilon decay per vector step of an agent; epsilon is a
+            function of the agent's own ``steps``, so a clone continues its parent's schedule.
+        target: Stop once every agent's latest fitness is at least this.
+        n_step_memory: For n-step algorithms (RainbowDQN), not supported by this loop yet:
+            passing one raises ValueError.
+        selection_strategy: Selection applied after each evaluation (None: no selection).
+        tournament: Deprecated alias of `selection_strategy` (DeprecationWarning).
+        mutation: Mutations applied to the agents selection marks, or to every agent when
+            there is no selection (None: no mutation).
+        checkpoint: Save a run checkpoint (agents, evolution state, counters and the replay
+            memory) every this many steps per agent, at generation ends.
+        checkpoint_path: Folder for checkpoints (default ``checkpoints``); Ctrl-C also saves here.
+        overwrite_checkpoints: Keep only the latest checkpoint.
+        save_elite: Save the best agent after every evaluation to `elite_path`.
+        elite_path: Where the elite is saved (default ``elite``).
+        wb: Log to Weights & Biases.
+        tensorboard: Log to TensorBoard.
+        tensorboard_log_dir: TensorBoard directory.
+        verbose: Progress bar and per-generation table.
+        accelerator: Distributed training is not supported: a non-None value raises ValueError.
+        wandb_api_key: W&B API key (else ``WANDB_API_KEY``).
+        wandb_kwargs: Extra ``wandb.init`` arguments.
+        resume_from_checkpoint: Continue the run saved in this checkpoint (agents, counters,
+            selection and mutation state, the replay memory when saved); `pop` is then replaced by
+            the saved population. Unspent learn credit (less than one ``learn_step``) restarts at 0.
+        seed: Reseed the environment at fixed points (each phase and evaluation), so a seeded
+            run is repeatable and a resumed run matches an uninterrupted one.
+
+    Returns:
+        The population after its last evaluation and each agent's fitness from that evaluation
+        (``fitnesses[i]`` belongs to ``pop[i]``); no selection or mutation follows the last
+        evaluation.
+    """
+    selection = resolve_selection_strategy(selection_strategy, tournament)
+    if not pop:
+        raise ValueError("pop must contain at least one agent")
+    max_steps = _positive_int("max_steps", max_steps)
+    evo_steps = _positive_int("evo_steps", evo_steps)
+    eval_loop = _positive_int("eval_loop", eval_loop)
+    if eval_steps is not None:
+        eval_steps = _positive_int("eval_steps", eval_steps)
+    if learning_delay < 0:
+        raise ValueError(f"learning_delay must be >= 0, got {learning_delay}")
+    if n_step_memory is not None:
+        raise ValueError("n_step_memory (n-step returns for RainbowDQN) is not supported by train_off_policy yet")
+    if accelerator is not None:
+        raise ValueError("accelerator (distributed training) is not supported by train_off_policy")
+    schedule = EpsilonSchedule(eps_start, eps_end, eps_decay)
+    swap_channels = bool((init_hp or {}).get("CHANNELS_LAST", False))
+
+    vec_env = as_vector_env(env)
+    check_next_step_autoreset(vec_env)
+    num_envs = int(vec_env.num_envs)
+    learn_credit = [0] * len(pop)
+
+    def phase(slot: int, agent: Any, vector_steps: int, should_stop: Callable[[], bool]) -> PhaseResult:
+        return _collect_and_learn(agent, vec_env, memory, vector_steps, schedule, learning_delay,
+                                  learn_credit, slot, swap_channels, should_stop)
+
+    def memory_states() -> dict[str, Any]:
+        return {"replay": memory.state_dict()}
+
+    config = {"env_name": env_name, "algo": algo, "population_size": len(pop), "num_envs": num_envs,
+              "max_steps": max_steps, "evo_steps": evo_steps, "eval_steps": eval_steps, "eval_loop": eval_loop,
+              "learning_delay": learning_delay, "eps_start": eps_start, "eps_end": eps_end,
+              "eps_decay": eps_decay, "target": target, "init_hp": init_hp, "mut_p": mut_p}
+    reporter = TrainingReporter(total_steps=max_steps * len(pop), desc=f"{algo} {env_name}", verbose=verbose,
+                                wb=wb, tensorboard=tensorboard, tensorboard_log_dir=tensorboard_log_dir,
+                                wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs, config=config)
+    checkpointer = RunCheckpointer(checkpoint_path or "checkpoints", checkpoint, overwrite_checkpoints,
+                                   save_buffers=True) if checkpoint else None
+    loop = GenerationLoop(
+        population=list(pop), env=vec_env, phase=phase, max_steps=max_steps, evo_steps=evo_steps,
+        reporter=reporter, eval_steps=eval_steps, eval_loop=eval_loop, target=target, selection=selection,
+        mutation=mutation, checkpointer=checkpointer, interrupt_path=checkpoint_path, save_elite=save_elite,
+        elite_path=elite_path, swap_channels=swap_channels, buffers=memory_states, env_seed=seed,
+    )
+    if resume_from_checkpoint is not None:
+        saved = loop.restore(resume_from_checkpoint, device=str(pop[0].device))
+        if "replay" in saved:
+            memory.load_state_dict(saved["replay"])
+    with reporter:
+        population, fitnesses = loop.run()
+    return population, fitnesses
