@@ -18,7 +18,7 @@ environment steps of ONE agent summed over its sub-envs (a vector step of 8 sub-
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -61,9 +61,12 @@ def _collect_and_learn(agent: Any, env: VectorEnv, memory: ReplayBuffer, vector_
     Stops early (between vector steps) once `should_stop()` is true.
     """
     num_envs = env.num_envs
-    result = PhaseResult(vector_steps=0, losses={"loss": []})
+    result = PhaseResult(vector_steps=0)
     tracker = EpisodeTracker(num_envs)
+    reset_noise = getattr(agent, "reset_action_noise", None)  # exploration processes (DDPG, TD3)
     obs, info = env.reset()
+    if reset_noise is not None:
+        reset_noise()
     if swap_channels:
         obs = swap_image_channels(obs)
     while result.vector_steps < vector_steps and not should_stop():
@@ -76,6 +79,8 @@ def _collect_and_learn(agent: Any, env: VectorEnv, memory: ReplayBuffer, vector_
         # After next-step autoreset the step only reset the sub-env: no transition to store.
         valid = tracker.step(reward, terminated, truncated)
         memory.add(obs, action, reward, next_obs, terminated, truncated=truncated, mask=valid)
+        if reset_noise is not None:
+            reset_noise(np.asarray(terminated) | np.asarray(truncated))
         obs = next_obs
         agent.steps += num_envs
         result.vector_steps += 1
@@ -84,11 +89,20 @@ def _collect_and_learn(agent: Any, env: VectorEnv, memory: ReplayBuffer, vector_
         if len(memory) >= max(agent.batch_size, learning_delay):
             for _ in range(updates):
                 batch = memory.sample(agent.batch_size, getattr(agent, "rng", None))
-                result.losses["loss"].append(agent.learn(batch))
+                _record_losses(result.losses, agent.learn(batch))
     result.episodic_returns, result.episode_lengths = tracker.pop_finished()
     if result.episodic_returns:
         agent.scores.append(float(np.mean(result.episodic_returns)))
     return result
+
+
+def _record_losses(losses: dict[str, list[float]], value: Any) -> None:
+    """A learn step returns one loss (`loss`) or named losses (e.g. `critic`, `actor`)."""
+    if isinstance(value, Mapping):
+        for name, loss in value.items():
+            losses.setdefault(str(name), []).append(float(loss))
+    else:
+        losses.setdefault("loss", []).append(float(value))
 
 
 def train_off_policy(

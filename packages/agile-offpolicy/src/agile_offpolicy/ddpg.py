@@ -1,0 +1,455 @@
+"""Deep Deterministic Policy Gradient (Lillicrap et al., 2016) for Box action spaces.
+
+DDPG learns a deterministic policy ``mu(s)`` (the *actor*) and its action-value ``Q(s, a)``
+(the *critic*), each with a slowly moving *target* copy that stabilises the bootstrap:
+
+    critic target   y = r + gamma * (1 - terminated) * Q_target(s', mu_target(s'))
+    critic loss       = mean (Q(s, a) - y)^2
+    actor loss        = - mean Q(s, mu(s))            (ascend the critic along the action)
+    target update     theta_target <- tau * theta + (1 - tau) * theta_target
+
+The actor is updated (and the targets moved) once every ``policy_freq`` critic updates; with
+``policy_freq == 1`` this is the original DDPG, larger values give TD3's delayed updates.
+Truncated transitions keep ``terminated == 0`` and so bootstrap from ``s'``.
+
+Actions. The actor's tanh output is rescaled to the action bounds ``[low, high]``. Inside the
+algorithm actions are handled in *normalised* units, ``(a - centre) / half_range`` in ``[-1, 1]``:
+the critic reads normalised actions, and exploration noise (``expl_noise``) and TD3's smoothing
+noise (``policy_noise``, ``noise_clip``) are all relative to half the action range, so the same
+hyperparameters suit any action scale. While training, :meth:`DDPG.get_action` adds Gaussian or
+Ornstein-Uhlenbeck noise (see :mod:`agile_offpolicy.exploration`) and clips to the bounds.
+
+Evolution. The actor is the policy network: an architecture mutation sampled on it is applied
+with the same resolved parameters to the critic(s), which share the actor's encoder and head
+layout (so the encoders of actor and critic stay alike), and replayed on every target network;
+each target then restarts from its online network.
+:class:`agile_offpolicy.td3.TD3` extends this class with twin critics and target smoothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn.functional as F
+from gymnasium import spaces
+from gymnasium.vector import VectorEnv
+
+from agile_core.algorithms.base import SingleAgentAlgorithm
+from agile_core.algorithms.spaces import UnsupportedSpaceError
+from agile_core.hpo.hyperparameters import HyperparameterConfig
+from agile_core.networks import (
+    ContinuousQNetwork,
+    DeterministicActor,
+    EvolvableNetwork,
+    preprocess_observation,
+)
+from agile_core.specs.network import NetworkSpec
+from agile_core.training.evaluation import evaluate_policy
+from agile_offpolicy.exploration import (
+    ActionNoise,
+    GaussianNoise,
+    OrnsteinUhlenbeckNoise,
+    make_action_noise,
+)
+
+__all__ = ["DDPG", "soft_update"]
+
+NOISE_HYPERPARAMETERS = frozenset({"expl_noise", "mean_noise", "theta", "dt"})
+"""Hyperparameters the exploration-noise process reads (changing one reconfigures it)."""
+
+
+def soft_update(online: torch.nn.Module, target: torch.nn.Module, tau: float) -> None:
+    """Polyak averaging: ``target <- tau * online + (1 - tau) * target``; buffers are copied.
+
+    Both modules must have the same architecture (parameters in the same order and shapes).
+    """
+    with torch.no_grad():
+        for source, dest in zip(online.parameters(), target.parameters(), strict=True):
+            dest.lerp_(source, tau)
+        for source_buffer, dest_buffer in zip(online.buffers(), target.buffers(), strict=True):
+            dest_buffer.copy_(source_buffer)
+
+
+def _check_action_space(algorithm: str, action_space: spaces.Space) -> None:
+    """Box actions with finite bounds only (the actor squashes into them)."""
+    assert isinstance(action_space, spaces.Box)  # the base class already rejected other kinds
+    if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
+        raise UnsupportedSpaceError(
+            f"{algorithm} needs finite action bounds (its actor squashes actions into [low, high]), "
+            f"got low={action_space.low}, high={action_space.high}"
+        )
+    if not np.all(action_space.high > action_space.low):
+        raise UnsupportedSpaceError(f"{algorithm} needs high > low in every action dimension, got {action_space}")
+
+
+def _check_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
+def _check_range(name: str, value: float, low: float, high: float, low_open: bool = False) -> float:
+    value = float(value)
+    ok = (low < value if low_open else low <= value) and value <= high
+    if not ok:
+        bracket = "(" if low_open else "["
+        raise ValueError(f"{name} must lie in {bracket}{low}, {high}], got {value}")
+    return value
+
+
+class DDPG(SingleAgentAlgorithm):
+    """DDPG agent: a deterministic actor, critic(s), their targets and two Adam optimizers.
+
+    Args:
+        observation_space: Space of one observation (not batched): Box, Discrete, MultiDiscrete,
+            MultiBinary, Dict or Tuple.
+        action_space: Box with finite bounds; anything else is rejected at construction.
+        index: Agent index in the population.
+        hp_config: Hyperparameters RL-HP mutation may change, with their ranges.
+        net_config: Architecture of the actor and of the critic(s) (one ``NetworkSpec`` or its
+            dict form for both, so that architecture mutations can be replayed across them).
+        batch_size: Transitions per learning step.
+        lr_actor: Adam learning rate of the actor (``actor_optimizer``).
+        lr_critic: Adam learning rate of the critic(s) (``critic_optimizer``).
+        learn_step: Environment steps (over all sub-envs) between learning steps.
+        gamma: Discount factor.
+        tau: Soft target update rate (1.0: hard copy).
+        policy_freq: Critic updates per actor update (the targets move with the actor).
+        O_U_noise: Explore with Ornstein-Uhlenbeck noise; Gaussian noise when False.
+        expl_noise: Scale of the exploration noise (OU sigma / Gaussian std), relative to half
+            the action range.
+        vect_noise_dim: Independent noise streams; use the number of sub-envs. With 1, every
+            sub-env receives the same noise.
+        mean_noise: Mean of the exploration noise (normalised units).
+        theta: Mean-reversion rate of the OU process.
+        dt: Time step of the OU process.
+        share_encoders: Copy the actor's encoder weights into the critic encoders after every
+            learning step (the critics then read the actor's features; their own encoder
+            gradients are discarded).
+        normalize_images: Scale uint8 image observations to [0, 1].
+        device: Torch device of the networks.
+        seed: Seeds network initialisation, exploration noise and (TD3) target smoothing.
+    """
+
+    supported_action_spaces: ClassVar[tuple[type[spaces.Space], ...]] = (spaces.Box,)
+    hyperparameter_names: ClassVar[tuple[str, ...]] = (
+        "lr_actor", "lr_critic", "batch_size", "learn_step", "gamma", "tau", "policy_freq",
+    )
+    critic_names: ClassVar[tuple[str, ...]] = ("critic",)
+    """Attribute names of the critics; each ``<name>_target`` is its target network."""
+
+    actor: DeterministicActor
+    actor_target: DeterministicActor
+    actor_optimizer: torch.optim.Optimizer
+    critic_optimizer: torch.optim.Optimizer
+    exploration: ActionNoise
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        index: int = 0,
+        hp_config: HyperparameterConfig | None = None,
+        net_config: NetworkSpec | Mapping[str, Any] | None = None,
+        batch_size: int = 64,
+        lr_actor: float = 1e-4,
+        lr_critic: float = 1e-3,
+        learn_step: int = 5,
+        gamma: float = 0.99,
+        tau: float = 1e-3,
+        policy_freq: int = 2,
+        O_U_noise: bool = True,
+        expl_noise: float = 0.1,
+        vect_noise_dim: int = 1,
+        mean_noise: float = 0.0,
+        theta: float = 0.15,
+        dt: float = 1e-2,
+        share_encoders: bool = False,
+        normalize_images: bool = True,
+        device: str | torch.device = "cpu",
+        seed: int | None = None,
+    ) -> None:
+        super().__init__(observation_space, action_space, index=index, hp_config=hp_config, device=device)
+        name = type(self).__name__
+        _check_action_space(name, action_space)
+        assert isinstance(action_space, spaces.Box)
+        self.batch_size = _check_int("batch_size", batch_size)
+        self.learn_step = _check_int("learn_step", learn_step)
+        self.policy_freq = _check_int("policy_freq", policy_freq)
+        self.vect_noise_dim = _check_int("vect_noise_dim", vect_noise_dim)
+        self.lr_actor = _check_range("lr_actor", lr_actor, 0.0, float("inf"), low_open=True)
+        self.lr_critic = _check_range("lr_critic", lr_critic, 0.0, float("inf"), low_open=True)
+        self.gamma = _check_range("gamma", gamma, 0.0, 1.0, low_open=True)
+        self.tau = _check_range("tau", tau, 0.0, 1.0, low_open=True)
+        self.expl_noise = _check_range("expl_noise", expl_noise, 0.0, float("inf"))
+        self.theta = _check_range("theta", theta, 0.0, float("inf"))
+        self.dt = _check_range("dt", dt, 0.0, float("inf"), low_open=True)
+        self.mean_noise = float(mean_noise)
+        self.O_U_noise = bool(O_U_noise)
+        self.share_encoders = bool(share_encoders)
+        self.normalize_images = bool(normalize_images)
+        self.rng = np.random.default_rng(seed)
+
+        # Action bounds: numpy for acting, torch for learning (normalised <-> environment units).
+        self.action_shape = tuple(int(d) for d in action_space.shape)
+        self.action_dim = int(np.prod(self.action_shape))
+        self.action_low = np.asarray(action_space.low, dtype=np.float64)
+        self.action_high = np.asarray(action_space.high, dtype=np.float64)
+        self._centre = torch.as_tensor((self.action_high + self.action_low).reshape(-1) / 2, dtype=torch.float32,
+                                       device=self.device)
+        self._half_range = torch.as_tensor((self.action_high - self.action_low).reshape(-1) / 2,
+                                           dtype=torch.float32, device=self.device)
+
+        # Networks: built under a forked torch RNG so a seed fixes them without touching global state.
+        with torch.random.fork_rng(devices=[]):
+            if seed is not None:
+                torch.manual_seed(seed)
+            actor = DeterministicActor(observation_space, action_space, net_config)
+            critics = [ContinuousQNetwork(observation_space, action_space, net_config) for _ in self.critic_names]
+        if actor.recurrent:
+            raise ValueError(f"{name} does not support recurrent (LSTM) networks")
+        self.actor = actor.to(self.device)
+        self.actor_target = self.actor.clone()
+        for critic_name, critic in zip(self.critic_names, critics, strict=True):
+            setattr(self, critic_name, critic.to(self.device))
+            setattr(self, f"{critic_name}_target", critic.clone())
+        self._freeze_targets()
+
+        # A mutation sampled on the actor is applied, with the same resolved parameters, to every
+        # critic (each its own group, so each draws its new weights from the agent's seeded RNG)
+        # and replayed on each network's target.
+        self.register_network_group("actor", "actor_target")
+        for critic_name in self.critic_names:
+            self.register_network_group(critic_name, f"{critic_name}_target")
+        self.register_optimizer("actor_optimizer", ["actor"], "lr_actor")
+        self.register_optimizer("critic_optimizer", list(self.critic_names), "lr_critic")
+
+        self.exploration = make_action_noise(self.O_U_noise, self.action_shape, self.vect_noise_dim,
+                                             self.expl_noise, self.mean_noise, self.theta, self.dt, rng=self.rng)
+        if self.share_encoders:
+            self._share_encoder_weights()
+
+    # ------------------------------------------------------------------ networks
+    @property
+    def critics(self) -> list[ContinuousQNetwork]:
+        """The online critics, in `critic_names` order."""
+        return [getattr(self, name) for name in self.critic_names]
+
+    @property
+    def critic_targets(self) -> list[ContinuousQNetwork]:
+        """The target critics, in `critic_names` order."""
+        return [getattr(self, f"{name}_target") for name in self.critic_names]
+
+    def target_pairs(self) -> list[tuple[EvolvableNetwork, EvolvableNetwork]]:
+        """Every (online, target) pair: the actor's first, then each critic's."""
+        return [(self.actor, self.actor_target), *zip(self.critics, self.critic_targets, strict=True)]
+
+    def _freeze_targets(self) -> None:
+        for _, target in self.target_pairs():
+            target.requires_grad_(False)
+
+    def apply_architecture_mutation(self, name: str, rng: np.random.Generator | None = None,
+                                    **kwargs: Any) -> dict[str, Any]:
+        """Apply mutation `name` to actor and critics (and replay it on their targets), then restart
+        every target from its online network.
+
+        The targets repeat the architecture change, but their new weights are drawn apart from the
+        online network's; copying makes each pair identical again, and seeded runs reproducible.
+        """
+        applied = super().apply_architecture_mutation(name, rng, **kwargs)
+        for online, target in self.target_pairs():
+            if online.config == target.config:
+                soft_update(online, target, 1.0)
+        return applied
+
+    def after_architecture_change(self) -> None:
+        """Keep target networks out of autograd (mutations add fresh, trainable-looking layers)."""
+        self._freeze_targets()
+        if self.share_encoders:
+            self._share_encoder_weights()
+
+    def _share_encoder_weights(self) -> None:
+        """Copy the actor's encoder weights into every critic encoder of the same architecture."""
+        source = self.actor.encoder
+        with torch.no_grad():
+            for critic in self.critics:
+                if critic.encoder.config == source.config:
+                    critic.encoder.load_state_dict(source.state_dict())
+
+    def clone(self, index: int | None = None, wrap: bool = True) -> DDPG:
+        """A deep, independent copy; a clone with a new `index` explores with its own RNG stream
+        (the base class reseeds ``rng``; the noise process follows it)."""
+        twin = super().clone(index=index, wrap=wrap)
+        twin.exploration.rng = twin.rng
+        return twin
+
+    # ------------------------------------------------------------------ action units
+    def _normalise(self, action: torch.Tensor) -> torch.Tensor:
+        """Environment-unit actions ``[B, action_dim]`` to ``[-1, 1]``."""
+        return (action - self._centre) / self._half_range
+
+    def _observation(self, obs: Any) -> Any:
+        return preprocess_observation(self.observation_space, obs, self.device, self.normalize_images)
+
+    def _policy(self, network: DeterministicActor, obs: Any) -> torch.Tensor:
+        """Normalised actions ``[B, action_dim]`` of `network` for preprocessed `obs`."""
+        return self._normalise(network(obs).reshape(-1, self.action_dim))
+
+    # ------------------------------------------------------------------ acting
+    def get_action(self, obs: Any, training: bool = True, *, epsilon: float | None = None,
+                   action_mask: Any = None) -> np.ndarray:
+        """Actions ``[num_envs, *action_shape]`` (the action space's dtype) for a batch of observations.
+
+        With `training`, exploration noise (scaled by half the action range) is added to the
+        actor's action and the result is clipped to the bounds; in addition each row is, with
+        probability `epsilon`, replaced by a uniformly random action. That is how the
+        epsilon-greedy off-policy loop drives this agent: its decaying epsilon schedule becomes
+        a random warm-up, which fills the replay memory with diverse actions before the critic's
+        action gradient is trusted. Without `training` the action is greedy (`epsilon` ignored).
+        Box actions take no `action_mask`. A single unbatched observation gives a batch of one.
+        """
+        if action_mask is not None:
+            raise ValueError(f"{type(self).__name__} acts in a Box action space, which takes no action_mask")
+        with torch.no_grad():
+            action = self.actor(self._observation(obs)).reshape(-1, *self.action_shape)
+        actions = action.cpu().numpy().astype(np.float64)
+        if training:
+            rows = actions.shape[0]
+            actions = actions + self._exploration_noise(rows) * (self.action_high - self.action_low) / 2
+            actions = np.clip(actions, self.action_low, self.action_high)
+            if epsilon:
+                explore = self.rng.random(rows) < epsilon
+                uniform = self.rng.uniform(self.action_low, self.action_high, size=actions.shape)
+                actions = np.where(explore.reshape(rows, *[1] * len(self.action_shape)), uniform, actions)
+        return actions.astype(self.action_space.dtype, copy=False)
+
+    def _exploration_noise(self, rows: int) -> np.ndarray:
+        """The next noise sample for `rows` sub-envs (one shared stream broadcasts to all)."""
+        streams = self.exploration.num_envs
+        if streams not in (rows, 1):
+            raise ValueError(f"{type(self).__name__} has {streams} exploration noise streams (vect_noise_dim) "
+                             f"but got {rows} observations; set vect_noise_dim to the number of sub-envs")
+        return self.exploration.sample()
+
+    def reset_action_noise(self, mask: Any = None) -> None:
+        """Restart the exploration noise of sub-envs whose episode ended (bool ``[num_envs]``; all when None).
+
+        A single shared stream restarts when any sub-env's episode ended.
+        """
+        if mask is not None and self.exploration.num_envs == 1:
+            mask = np.asarray(mask, dtype=bool).reshape(-1).any(keepdims=True)
+        self.exploration.reset(mask)
+
+    def set_hyperparameter(self, name: str, value: Any) -> None:
+        """Set a hyperparameter; learning rates update their optimizer, noise settings the noise process."""
+        super().set_hyperparameter(name, value)
+        if name in NOISE_HYPERPARAMETERS:
+            self._configure_noise()
+
+    def _configure_noise(self) -> None:
+        """Push ``expl_noise``, ``mean_noise``, ``theta`` and ``dt`` into the noise process (state kept)."""
+        noise = self.exploration
+        if isinstance(noise, OrnsteinUhlenbeckNoise):
+            noise.mean, noise.sigma = float(self.mean_noise), float(self.expl_noise)
+            noise.theta, noise.dt = float(self.theta), float(self.dt)
+        elif isinstance(noise, GaussianNoise):
+            noise.mean, noise.std = float(self.mean_noise), float(self.expl_noise)
+
+    # ------------------------------------------------------------------ learning
+    def learn(self, experiences: Sequence[Any]) -> dict[str, float]:
+        """One critic update (and, every ``policy_freq``-th call, one actor and target update).
+
+        `experiences` is any sequence whose first five items are ``(obs, action, reward,
+        next_obs, terminated)`` (a ``ReplayBatch`` is); actions are in environment units and
+        ``terminated`` is 1 only for true terminations. Returns ``{"critic": loss}``, plus
+        ``"actor"`` when the actor was updated.
+        """
+        obs, actions, rewards, next_obs, terminated = tuple(experiences)[:5]
+        obs, next_obs = self._observation(obs), self._observation(next_obs)
+        actions = torch.as_tensor(actions, device=self.device, dtype=torch.float32).reshape(-1, self.action_dim)
+        actions = self._normalise(actions)
+        rewards = torch.as_tensor(rewards, device=self.device, dtype=torch.float32).reshape(-1, 1)
+        terminated = torch.as_tensor(terminated, device=self.device, dtype=torch.float32).reshape(-1, 1)
+
+        with torch.no_grad():
+            next_actions = self._target_policy_action(next_obs)
+            td_target = rewards + self.gamma * (1.0 - terminated) * self._bootstrap_value(next_obs, next_actions)
+        losses = {"critic": self._update_critics(obs, actions, td_target)}
+
+        self.learn_counter += 1
+        if self.learn_counter % self.policy_freq == 0:
+            losses["actor"] = self._update_actor(obs)
+            self.soft_update_targets()
+        if self.share_encoders:
+            self._share_encoder_weights()
+        return losses
+
+    def _target_policy_action(self, next_obs: Any) -> torch.Tensor:
+        """Normalised action the target policy takes in s' (TD3 adds smoothing noise)."""
+        return self._policy(self.actor_target, next_obs)
+
+    def _bootstrap_value(self, next_obs: Any, next_actions: torch.Tensor) -> torch.Tensor:
+        """``Q_target(s', a')`` ``[B, 1]`` (TD3 takes the minimum of its twin targets)."""
+        return self.critic_targets[0](next_obs, next_actions)
+
+    def _update_critics(self, obs: Any, actions: torch.Tensor, td_target: torch.Tensor) -> float:
+        """Regress every critic on the TD target (one optimizer step); return the summed MSE."""
+        loss = sum((F.mse_loss(critic(obs, actions), td_target) for critic in self.critics),
+                   start=torch.zeros((), device=self.device))
+        self.critic_optimizer.zero_grad()
+        loss.backward()
+        self.critic_optimizer.step()
+        return float(loss.detach())
+
+    def _update_actor(self, obs: Any) -> float:
+        """Deterministic policy gradient step: maximise ``Q_1(s, mu(s))``; return the actor loss."""
+        critic = self.critics[0]
+        critic.requires_grad_(False)  # the gradient flows through the critic into the actor only
+        try:
+            loss = -critic(obs, self._policy(self.actor, obs)).mean()
+            self.actor_optimizer.zero_grad()
+            loss.backward()
+            self.actor_optimizer.step()
+        finally:
+            critic.requires_grad_(True)
+        return float(loss.detach())
+
+    def soft_update_targets(self) -> None:
+        """Move every target network towards its online network at rate ``tau``."""
+        for online, target in self.target_pairs():
+            soft_update(online, target, self.tau)
+
+    # ------------------------------------------------------------------ evaluation
+    def test(self, env: gym.Env | VectorEnv, swap_channels: bool = False, max_steps: int | None = None,
+             loop: int = 1) -> float:
+        """Greedy (noise-free) fitness: the mean return of `loop` episodes per sub-env; appended to ``fitness``.
+
+        See :func:`agile_core.training.evaluation.evaluate_policy`.
+        """
+
+        def act(obs: Any, info: dict[str, Any]) -> np.ndarray:
+            return self.get_action(obs, training=False)
+
+        fitness = evaluate_policy(env, act, loop=loop, max_steps=max_steps, swap_channels=swap_channels)
+        self.fitness.append(fitness)
+        return fitness
+
+    # ------------------------------------------------------------------ checkpoints
+    def extra_tensors(self) -> dict[str, Any]:
+        """The Ornstein-Uhlenbeck state of every noise stream (none for Gaussian noise)."""
+        if isinstance(self.exploration, OrnsteinUhlenbeckNoise):
+            return {"ou_state": self.exploration.state.copy()}
+        return {}
+
+    def load_extra_state(self, state: dict[str, Any], tensors: dict[str, Any]) -> None:
+        """Restore the noise state and point the noise process at the restored generator."""
+        self._configure_noise()
+        self.exploration.rng = self.rng
+        if "ou_state" in tensors and isinstance(self.exploration, OrnsteinUhlenbeckNoise):
+            saved = np.asarray(tensors["ou_state"], dtype=np.float64)
+            if saved.shape == self.exploration.state.shape:
+                self.exploration.state = saved.copy()

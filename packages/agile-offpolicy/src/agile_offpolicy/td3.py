@@ -1,0 +1,107 @@
+"""Twin Delayed DDPG (Fujimoto et al., 2018).
+
+TD3 keeps DDPG's actor-critic structure (see :mod:`agile_offpolicy.ddpg`) and fixes its
+tendency to overestimate Q values with three changes:
+
+1. **Clipped double-Q learning.** Two critics ``Q_1``, ``Q_2`` (each with a target) regress on
+   one shared target that uses the *smaller* target estimate::
+
+       y = r + gamma * (1 - terminated) * min(Q_1_target(s', a'), Q_2_target(s', a'))
+
+2. **Target policy smoothing.** The target action is perturbed by clipped Gaussian noise, so
+   the critic cannot exploit sharp peaks of its own estimate::
+
+       a' = clip(mu_target(s') + clip(eps, -noise_clip, noise_clip), low, high),
+       eps ~ N(0, policy_noise^2)
+
+   `policy_noise` and `noise_clip` are relative to half the action range (in normalised action
+   units ``[-1, 1]``), so the defaults 0.2 / 0.5 suit any action scale.
+
+3. **Delayed policy updates.** The actor (trained on ``Q_1`` only) and all target networks are
+   updated once every ``policy_freq`` critic updates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from agile_core.hpo.hyperparameters import HyperparameterConfig
+from agile_core.networks import ContinuousQNetwork
+from agile_core.specs.network import NetworkSpec
+from agile_offpolicy.ddpg import DDPG, _check_range
+
+__all__ = ["TD3"]
+
+
+class TD3(DDPG):
+    """TD3 agent: DDPG with twin critics ``critic_1``/``critic_2`` (and their ``*_target``),
+    clipped double-Q targets, target policy smoothing and delayed actor updates.
+
+    Takes every argument of :class:`~agile_offpolicy.ddpg.DDPG` (``tau`` defaults to 5e-3) plus:
+
+    Args:
+        policy_noise: Std of the target smoothing noise, relative to half the action range.
+        noise_clip: Clip of the target smoothing noise, relative to half the action range.
+    """
+
+    critic_names: ClassVar[tuple[str, ...]] = ("critic_1", "critic_2")
+
+    critic_1: ContinuousQNetwork
+    critic_2: ContinuousQNetwork
+    critic_1_target: ContinuousQNetwork
+    critic_2_target: ContinuousQNetwork
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        index: int = 0,
+        hp_config: HyperparameterConfig | None = None,
+        net_config: NetworkSpec | Mapping[str, Any] | None = None,
+        batch_size: int = 64,
+        lr_actor: float = 1e-4,
+        lr_critic: float = 1e-3,
+        learn_step: int = 5,
+        gamma: float = 0.99,
+        tau: float = 5e-3,
+        policy_freq: int = 2,
+        O_U_noise: bool = True,
+        expl_noise: float = 0.1,
+        vect_noise_dim: int = 1,
+        mean_noise: float = 0.0,
+        theta: float = 0.15,
+        dt: float = 1e-2,
+        share_encoders: bool = False,
+        normalize_images: bool = True,
+        device: str | torch.device = "cpu",
+        seed: int | None = None,
+        policy_noise: float = 0.2,
+        noise_clip: float = 0.5,
+    ) -> None:
+        self.policy_noise = _check_range("policy_noise", policy_noise, 0.0, float("inf"))
+        self.noise_clip = _check_range("noise_clip", noise_clip, 0.0, float("inf"))
+        super().__init__(
+            observation_space, action_space, index=index, hp_config=hp_config, net_config=net_config,
+            batch_size=batch_size, lr_actor=lr_actor, lr_critic=lr_critic, learn_step=learn_step, gamma=gamma,
+            tau=tau, policy_freq=policy_freq, O_U_noise=O_U_noise, expl_noise=expl_noise,
+            vect_noise_dim=vect_noise_dim, mean_noise=mean_noise, theta=theta, dt=dt,
+            share_encoders=share_encoders, normalize_images=normalize_images, device=device, seed=seed,
+        )
+
+    def _target_policy_action(self, next_obs: Any) -> torch.Tensor:
+        """Target policy smoothing: ``clip(mu_target(s') + clip(eps, -c, c), -1, 1)`` in normalised units."""
+        action = self._policy(self.actor_target, next_obs)
+        noise = np.clip(self.rng.normal(0.0, self.policy_noise, size=tuple(action.shape)),
+                        -self.noise_clip, self.noise_clip)
+        return (action + torch.as_tensor(noise, dtype=action.dtype, device=action.device)).clamp(-1.0, 1.0)
+
+    def _bootstrap_value(self, next_obs: Any, next_actions: torch.Tensor) -> torch.Tensor:
+        """Clipped double-Q: the smaller of the two target critics' estimates, ``[B, 1]``."""
+        q1 = self.critic_1_target(next_obs, next_actions)
+        q2 = self.critic_2_target(next_obs, next_actions)
+        return torch.minimum(q1, q2)
