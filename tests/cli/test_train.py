@@ -38,6 +38,9 @@ def test_train_writes_run_directory_and_summary(tmp_path):
     resolved = json.loads((tmp_path / "run" / "manifest.resolved.json").read_text())
     assert resolved["training"]["pop_size"] == 2
     assert (tmp_path / "run" / "elite" / "manifest.json").is_file()
+    rows = (tmp_path / "run" / "metrics.csv").read_text().splitlines()
+    assert rows[0] == "step,name,value,wall_time"
+    assert any(",eval/mean_return," in row for row in rows) and any(",perf/steps_per_second," in row for row in rows)
 
 
 def test_bad_override_exits_2_with_the_path(tmp_path):

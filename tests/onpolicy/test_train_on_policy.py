@@ -129,6 +129,21 @@ def test_ctrl_c_saves_a_resumable_checkpoint(tmp_path):
     assert len(fitnesses) == 2 and all(agent.fitness for agent in pop)
 
 
+def test_tensorboard_curves_continue_across_a_resume(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    env, logs = cartpole(), str(tmp_path / "tb")
+    common = {"evo_steps": 1024, "verbose": False, "seed": 3, "tensorboard": True, "tensorboard_log_dir": logs}
+    train_on_policy(env, "CartPole-v1", "PPO", population(env, 2), max_steps=2048, checkpoint=1024,
+                    checkpoint_path=str(tmp_path / "ckpt"), **common, **evolution(2))
+    train_on_policy(env, "CartPole-v1", "PPO", population(env, 2), max_steps=3072,
+                    resume_from_checkpoint=str(tmp_path / "ckpt" / "checkpoint_000002048"), **common, **evolution(2))
+    events = EventAccumulator(logs)
+    events.Reload()
+    steps = [event.step for event in events.Scalars("eval/mean_return")]
+    assert steps == sorted(set(steps)) and steps[-1] == 3 * 1024 * 2  # one curve, no restart at 0
+
+
 @pytest.mark.learning
 def test_ppo_population_solves_cartpole():
     """PPO, population 4, evolution on: best agent >= 475 over 10 greedy episodes within 150k steps."""

@@ -192,8 +192,10 @@ class LocalTrainer(Trainer):
     def train(self, verbose: bool = True, save_elite: bool = False, elite_path: str | None = None, wb: bool = False,
               tensorboard: bool = False, tensorboard_log_dir: str | None = None, checkpoint_steps: int | None = None,
               checkpoint_path: str | None = None, overwrite_checkpoints: bool = False,
-              wandb_api_key: str | None = None, wandb_kwargs: dict[str, Any] | None = None) -> tuple[list[Any], list[float]]:
-        """Train locally; return (population, fitnesses of the last evaluation)."""
+              wandb_api_key: str | None = None, wandb_kwargs: dict[str, Any] | None = None, *,
+              csv_path: str | None = None) -> tuple[list[Any], list[float]]:
+        """Train locally; return (population, fitnesses of the last evaluation). `csv_path` also
+        writes every metric to a CSV file."""
         manifest = self.manifest
         training = manifest.training
         paradigm = paradigm_of(manifest.algorithm.name)
@@ -215,7 +217,7 @@ class LocalTrainer(Trainer):
             "save_elite": save_elite, "elite_path": elite_path, "wb": wb, "tensorboard": tensorboard,
             "tensorboard_log_dir": tensorboard_log_dir, "verbose": verbose, "wandb_api_key": wandb_api_key,
             "wandb_kwargs": wandb_kwargs, "resume_from_checkpoint": self.resume_from_checkpoint,
-            "seed": training.seed, "init_hp": manifest.algorithm.hyperparameters(),
+            "seed": training.seed, "csv_path": csv_path, "init_hp": manifest.algorithm.hyperparameters(),
             "mut_p": manifest.resolved_mutation().model_dump(mode="json") if selection or mutation else None,
             **extra,
         }

@@ -141,6 +141,7 @@ def train_off_policy(
     *,
     resume_from_checkpoint: str | None = None,
     seed: int | None = None,
+    csv_path: str | None = None,
 ) -> tuple[list[Any], list[float]]:
     """Train a population of epsilon-greedy off-policy agents (DQN) with evolutionary HPO.
 
@@ -195,6 +196,7 @@ def train_off_policy(
             the saved population. Unspent learn credit (less than one ``learn_step``) restarts at 0.
         seed: Reseed the environment at fixed points (each phase and evaluation), so a seeded
             run is repeatable and a resumed run matches an uninterrupted one.
+        csv_path: Also write every metric to this CSV file (``step,name,value,wall_time`` rows).
 
     Returns:
         The population after its last evaluation and each agent's fitness from that evaluation
@@ -236,7 +238,8 @@ def train_off_policy(
               "eps_decay": eps_decay, "target": target, "init_hp": init_hp, "mut_p": mut_p}
     reporter = TrainingReporter(total_steps=max_steps * len(pop), desc=f"{algo} {env_name}", verbose=verbose,
                                 wb=wb, tensorboard=tensorboard, tensorboard_log_dir=tensorboard_log_dir,
-                                wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs, config=config)
+                                wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs, config=config,
+                                csv_path=csv_path)
     checkpointer = RunCheckpointer(checkpoint_path or "checkpoints", checkpoint, overwrite_checkpoints,
                                    save_buffers=True) if checkpoint else None
     loop = GenerationLoop(

@@ -66,6 +66,7 @@ def train_on_policy(
     *,
     resume_from_checkpoint: str | None = None,
     seed: int | None = None,
+    csv_path: str | None = None,
 ) -> tuple[list[Any], list[float]]:
     """Train a population of on-policy agents (PPO) with evolutionary HPO.
 
@@ -105,6 +106,7 @@ def train_on_policy(
             selection and mutation state); `pop` is then replaced by the saved population.
         seed: Reseed the environment at fixed points (each phase and evaluation), so a seeded
             run is repeatable and a resumed run matches an uninterrupted one.
+        csv_path: Also write every metric to this CSV file (``step,name,value,wall_time`` rows).
 
     Returns:
         The population after its last evaluation and each agent's fitness from that evaluation.
@@ -145,7 +147,8 @@ def train_on_policy(
               "target": target, "init_hp": init_hp, "mut_p": mut_p}
     reporter = TrainingReporter(total_steps=max_steps * len(pop), desc=f"{algo} {env_name}", verbose=verbose,
                                 wb=wb, tensorboard=tensorboard, tensorboard_log_dir=tensorboard_log_dir,
-                                wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs, config=config)
+                                wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs, config=config,
+                                csv_path=csv_path)
     loop = GenerationLoop(
         population=list(pop), env=vec_env, phase=phase, max_steps=max_steps, evo_steps=evo_steps,
         reporter=reporter, eval_steps=eval_steps, eval_loop=eval_loop, target=target, selection=selection,

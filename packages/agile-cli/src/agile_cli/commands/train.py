@@ -97,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
             checkpoint_steps=args.checkpoint_steps, checkpoint_path=checkpoint_path,
             overwrite_checkpoints=args.overwrite_checkpoints,
             wandb_api_key=args.wandb_api_key or os.environ.get("WANDB_API_KEY"),
+            csv_path=str(run_dir / "metrics.csv"),
         )
     except TrainingInterrupted as exc:
         print(f"\nInterrupted: {exc}\nResume with: {exc.resume_hint(args.manifest)}", file=sys.stderr)

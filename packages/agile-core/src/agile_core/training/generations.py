@@ -104,6 +104,7 @@ class GenerationLoop:
         self.state = LoopState.from_dict(run.loop)
         if self.checkpointer is not None:
             self.checkpointer.start_from(self.state.agent_steps)
+        self.reporter.resume_at(self.global_steps)
         if self.selection is not None and run.evolution.get("selection") is not None:
             self.selection.load_state_dict(run.evolution["selection"])
         if self.mutation is not None and run.evolution.get("mutation") is not None:

@@ -10,7 +10,13 @@ from typing import Any
 
 import numpy as np
 
-from agile_core.logging import ProgressBar, build_logger, metric_names, print_generation_table
+from agile_core.logging import (
+    MetricsLogger,
+    ProgressBar,
+    build_logger,
+    metric_names,
+    print_generation_table,
+)
 from agile_core.logging.table import GenerationRow
 from agile_core.training.evolution import EvolutionResult
 
@@ -27,15 +33,35 @@ class TrainingReporter:
     def __init__(self, *, total_steps: int, desc: str = "", verbose: bool = True, wb: bool = False,
                  tensorboard: bool = False, tensorboard_log_dir: str | None = None,
                  wandb_api_key: str | None = None, wandb_kwargs: Mapping[str, Any] | None = None,
-                 config: Mapping[str, Any] | None = None) -> None:
-        self.logger = build_logger(tensorboard=tensorboard, tensorboard_log_dir=tensorboard_log_dir, wb=wb,
-                                   wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs)
-        if config:
-            self.logger.log_hyperparameters(dict(config))
+                 config: Mapping[str, Any] | None = None, csv_path: str | None = None) -> None:
+        self._logger_args: dict[str, Any] = {
+            "tensorboard": tensorboard, "tensorboard_log_dir": tensorboard_log_dir, "wb": wb,
+            "wandb_api_key": wandb_api_key, "wandb_kwargs": wandb_kwargs, "csv_path": csv_path,
+        }
+        self._config = dict(config) if config else None
+        self._logger: MetricsLogger | None = None
+        self.resume_step = 0
         self.verbose = verbose
         self.progress = ProgressBar(total_steps, desc=desc, verbose=verbose, enabled=None if verbose else False)
         self.best_fitness = -math.inf
         self._start = time.monotonic()
+        self._start_step = 0
+
+    @property
+    def logger(self) -> MetricsLogger:
+        """The metrics logger, opened on first use (after a resume, so curves continue)."""
+        if self._logger is None:
+            self._logger = build_logger(**self._logger_args, resume_step=self.resume_step)
+            if self._config:
+                self._logger.log_hyperparameters(self._config)
+        return self._logger
+
+    def resume_at(self, global_steps: int) -> None:
+        """Continue a resumed run: logged curves and the progress bar carry on from `global_steps`."""
+        if self._logger is not None:
+            raise RuntimeError("resume_at must be called before anything is logged")
+        self.resume_step = self._start_step = int(global_steps)
+        self.progress.set(global_steps)
 
     def advance(self, global_steps: int) -> None:
         """Move the progress bar to `global_steps` (environment steps of the whole population)."""
@@ -66,7 +92,7 @@ class TrainingReporter:
             metric_names.EVAL_BEST_FITNESS: self.best_fitness,
             metric_names.HPO_GENERATION: generation,
             metric_names.PERF_GLOBAL_STEPS: global_steps,
-            metric_names.PERF_STEPS_PER_SECOND: global_steps / elapsed,
+            metric_names.PERF_STEPS_PER_SECOND: (global_steps - self._start_step) / elapsed,
         })
         if self.verbose:
             rows = [GenerationRow(a.index, f, a.hyperparameters(), a.mut) for a, f in zip(population, fitnesses, strict=True)]
@@ -80,7 +106,8 @@ class TrainingReporter:
     def close(self) -> None:
         """Finish the progress bar and close the logger's backends."""
         self.progress.close()
-        self.logger.close()
+        if self._logger is not None:
+            self._logger.close()
 
     def __enter__(self) -> TrainingReporter:
         return self
