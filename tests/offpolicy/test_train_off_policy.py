@@ -255,14 +255,15 @@ def test_swap_image_channels_and_target_reached() -> None:
 @pytest.mark.learning
 def test_dqn_population_solves_cartpole_within_100k_steps_per_agent() -> None:
     """Population 4, tournament selection + mutations; the best agent scores >= 475 over 10
-    fresh greedy episodes. Seeded; stops early once all four agents score >= 480.
+    fresh greedy episodes within 100k steps per agent. Seeded.
 
-    Measured on the 2-core dev machine: seed 2 stops at 80k steps per agent (~145 s, return
-    500); seed 1 runs the full 100k (return 487.7); seed 0 ends at 247.7, so the threshold holds
-    for this seed, not for every seed: DQN on CartPole still oscillates after first solving it.
+    Selection looks at 3 evaluation rounds (24 episodes) per agent: with one round (8 episodes)
+    DQN's oscillation after first solving CartPole fooled the tournament and one seed in three
+    ended near 250. With `eval_loop=3`, seeds 0, 1 and 2 all ended at 500 (measured on the 2-core
+    dev machine, 100k steps per agent, ~3-4 min each when run alone).
     """
     torch.set_num_threads(1)
-    seed = 2
+    seed = 0
     env = gym.make_vec("CartPole-v1", num_envs=8, vectorization_mode="vector_entry_point")
     env.reset(seed=seed)
     obs_space, act_space = env.single_observation_space, env.single_action_space
@@ -278,8 +279,8 @@ def test_dqn_population_solves_cartpole_within_100k_steps_per_agent() -> None:
     start = time.monotonic()
     pop, _ = train_off_policy(
         env, "CartPole-v1", "DQN", pop, memory, max_steps=100_000, evo_steps=5_000, learning_delay=1_000,
-        eps_start=1.0, eps_end=0.05, eps_decay=0.998, target=480.0,
-        selection_strategy=TournamentSelection(2, True, 4, rng=seed),
+        eps_start=1.0, eps_end=0.05, eps_decay=0.998, target=480.0, eval_loop=3,
+        selection_strategy=TournamentSelection(2, True, 4, eval_loop=1, rng=seed),
         mutation=Mutations(no_mutation=0.4, architecture=0.2, parameters=0.2, rl_hp=0.2, rand_seed=seed),
         verbose=False,
     )
