@@ -30,13 +30,11 @@ from agile_core.hpo.protocols import SelectionStrategy
 from agile_core.training import (
     EpisodeTracker,
     EpsilonSchedule,
-    TrainingReporter,
     as_vector_env,
     check_next_step_autoreset,
     resolve_selection_strategy,
     swap_image_channels,
 )
-from agile_core.training.checkpointing import RunCheckpointer
 from agile_core.training.generations import GenerationLoop, PhaseResult
 from agile_offpolicy.buffers import ReplayBuffer
 
@@ -232,26 +230,22 @@ def train_off_policy(
     def memory_states() -> dict[str, Any]:
         return {"replay": memory.state_dict()}
 
+    def load_memory(saved: Mapping[str, Any]) -> None:
+        if "replay" in saved:
+            memory.load_state_dict(saved["replay"])
+
     config = {"env_name": env_name, "algo": algo, "population_size": len(pop), "num_envs": num_envs,
               "max_steps": max_steps, "evo_steps": evo_steps, "eval_steps": eval_steps, "eval_loop": eval_loop,
               "learning_delay": learning_delay, "eps_start": eps_start, "eps_end": eps_end,
               "eps_decay": eps_decay, "target": target, "init_hp": init_hp, "mut_p": mut_p}
-    reporter = TrainingReporter(total_steps=max_steps * len(pop), desc=f"{algo} {env_name}", verbose=verbose,
-                                wb=wb, tensorboard=tensorboard, tensorboard_log_dir=tensorboard_log_dir,
-                                wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs, config=config,
-                                csv_path=csv_path)
-    checkpointer = RunCheckpointer(checkpoint_path or "checkpoints", checkpoint, overwrite_checkpoints,
-                                   save_buffers=True) if checkpoint else None
-    loop = GenerationLoop(
-        population=list(pop), env=vec_env, phase=phase, max_steps=max_steps, evo_steps=evo_steps,
-        reporter=reporter, eval_steps=eval_steps, eval_loop=eval_loop, target=target, selection=selection,
-        mutation=mutation, checkpointer=checkpointer, interrupt_path=checkpoint_path, save_elite=save_elite,
-        elite_path=elite_path, swap_channels=swap_channels, buffers=memory_states, env_seed=seed,
+    loop = GenerationLoop.create(
+        population=pop, env=vec_env, phase=phase, algo=algo, env_name=env_name, config=config,
+        max_steps=max_steps, evo_steps=evo_steps, eval_steps=eval_steps, eval_loop=eval_loop, target=target,
+        selection=selection, mutation=mutation, checkpoint=checkpoint, checkpoint_path=checkpoint_path,
+        overwrite_checkpoints=overwrite_checkpoints, save_elite=save_elite, elite_path=elite_path, wb=wb,
+        tensorboard=tensorboard, tensorboard_log_dir=tensorboard_log_dir, verbose=verbose,
+        wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs, csv_path=csv_path, seed=seed,
+        swap_channels=swap_channels, buffers=memory_states,
     )
-    if resume_from_checkpoint is not None:
-        saved = loop.restore(resume_from_checkpoint, device=str(pop[0].device))
-        if "replay" in saved:
-            memory.load_state_dict(saved["replay"])
-    with reporter:
-        population, fitnesses = loop.run()
-    return population, fitnesses
+    return loop.train(resume_from_checkpoint, load_buffers=load_memory)
+

@@ -18,9 +18,7 @@ from gymnasium.vector import VectorEnv
 from agile_core.hpo.mutation import Mutations
 from agile_core.hpo.protocols import SelectionStrategy
 from agile_core.training import as_vector_env, check_next_step_autoreset, resolve_selection_strategy
-from agile_core.training.checkpointing import RunCheckpointer
 from agile_core.training.generations import GenerationLoop, PhaseResult
-from agile_core.training.reporting import TrainingReporter
 from agile_onpolicy.collect import collect_rollouts
 from agile_onpolicy.rollout import RolloutBuffer
 
@@ -145,20 +143,14 @@ def train_on_policy(
     config = {"env_name": env_name, "algo": algo, "population_size": len(pop), "num_envs": num_envs,
               "max_steps": max_steps, "evo_steps": evo_steps, "eval_steps": eval_steps, "eval_loop": eval_loop,
               "target": target, "init_hp": init_hp, "mut_p": mut_p}
-    reporter = TrainingReporter(total_steps=max_steps * len(pop), desc=f"{algo} {env_name}", verbose=verbose,
-                                wb=wb, tensorboard=tensorboard, tensorboard_log_dir=tensorboard_log_dir,
-                                wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs, config=config,
-                                csv_path=csv_path)
-    loop = GenerationLoop(
-        population=list(pop), env=vec_env, phase=phase, max_steps=max_steps, evo_steps=evo_steps,
-        reporter=reporter, eval_steps=eval_steps, eval_loop=eval_loop, target=target, selection=selection,
-        mutation=mutation, swap_channels=swap_channels, save_elite=save_elite, elite_path=elite_path,
-        checkpointer=RunCheckpointer(checkpoint_path or "checkpoints", checkpoint, overwrite_checkpoints)
-        if checkpoint else None,
-        interrupt_path=checkpoint_path, env_seed=seed,
+    loop = GenerationLoop.create(
+        population=pop, env=vec_env, phase=phase, algo=algo, env_name=env_name, config=config,
+        max_steps=max_steps, evo_steps=evo_steps, eval_steps=eval_steps, eval_loop=eval_loop, target=target,
+        selection=selection, mutation=mutation, checkpoint=checkpoint, checkpoint_path=checkpoint_path,
+        overwrite_checkpoints=overwrite_checkpoints, save_elite=save_elite, elite_path=elite_path, wb=wb,
+        tensorboard=tensorboard, tensorboard_log_dir=tensorboard_log_dir, verbose=verbose,
+        wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs, csv_path=csv_path, seed=seed,
+        swap_channels=swap_channels,
     )
-    if resume_from_checkpoint is not None:
-        loop.restore(resume_from_checkpoint, device=str(pop[0].device))
-    with reporter:
-        population, fitnesses = loop.run()
-    return population, fitnesses
+    return loop.train(resume_from_checkpoint)
+

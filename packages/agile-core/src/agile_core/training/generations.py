@@ -90,6 +90,38 @@ class GenerationLoop:
     state: LoopState = field(default_factory=LoopState)
     fitnesses: list[float] = field(default_factory=list)
 
+    @classmethod
+    def create(cls, *, population: list[Any], env: Any, phase: PhaseFn, algo: str, env_name: str,
+               config: Mapping[str, Any], max_steps: int, evo_steps: int, eval_steps: int | None, eval_loop: int,
+               target: float | None, selection: SelectionStrategy | None, mutation: Mutations | None,
+               checkpoint: int | None, checkpoint_path: str | None, overwrite_checkpoints: bool,
+               save_elite: bool, elite_path: str | None, wb: bool, tensorboard: bool,
+               tensorboard_log_dir: str | None, verbose: bool, wandb_api_key: str | None,
+               wandb_kwargs: dict[str, Any] | None, csv_path: str | None, seed: int | None,
+               swap_channels: bool = False, buffers: Callable[[], Mapping[str, Any]] | None = None) -> GenerationLoop:
+        """Build the loop, its reporter and checkpointer from a training function's arguments."""
+        reporter = TrainingReporter(total_steps=max_steps * len(population), desc=f"{algo} {env_name}",
+                                    verbose=verbose, wb=wb, tensorboard=tensorboard,
+                                    tensorboard_log_dir=tensorboard_log_dir, wandb_api_key=wandb_api_key,
+                                    wandb_kwargs=wandb_kwargs, config=dict(config), csv_path=csv_path)
+        checkpointer = RunCheckpointer(checkpoint_path or "checkpoints", checkpoint, overwrite_checkpoints,
+                                       save_buffers=buffers is not None) if checkpoint else None
+        return cls(population=list(population), env=env, phase=phase, max_steps=max_steps, evo_steps=evo_steps,
+                   reporter=reporter, eval_steps=eval_steps, eval_loop=eval_loop, target=target,
+                   selection=selection, mutation=mutation, checkpointer=checkpointer,
+                   interrupt_path=checkpoint_path, save_elite=save_elite, elite_path=elite_path,
+                   swap_channels=swap_channels, buffers=buffers, env_seed=seed)
+
+    def train(self, resume_from_checkpoint: str | Path | None = None,
+              load_buffers: Callable[[Mapping[str, Any]], None] | None = None) -> tuple[list[Any], list[float]]:
+        """Resume first when asked (handing saved buffers to `load_buffers`), then run to the end."""
+        if resume_from_checkpoint is not None:
+            saved = self.restore(resume_from_checkpoint, device=str(getattr(self.population[0], "device", "cpu")))
+            if load_buffers is not None:
+                load_buffers(saved)
+        with self.reporter:
+            return self.run()
+
     @property
     def num_envs(self) -> int:
         """Sub-environments each agent steps at once."""
