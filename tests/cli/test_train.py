@@ -123,3 +123,15 @@ def test_resume_and_warm_start_are_mutually_exclusive():
 
     with pytest.raises(TrainerConfigError, match="mutually exclusive"):
         LocalTrainer(algorithm="PPO", environment="CartPole-v1", resume_from_checkpoint="a", load_weights_from="b")
+
+
+def test_evaluate_a_saved_elite(tmp_path):
+    result = agile("train", str(PPO), *TINY, "--set", "training.pop_size=1", "--run-dir", str(tmp_path / "run"),
+                   "--save-elite")
+    assert result.returncode == 0, result.stderr
+    evaluated = agile("evaluate", str(tmp_path / "run" / "elite"), "--env", "CartPole-v1", "--episodes", "3", "--json")
+    assert evaluated.returncode == 0, evaluated.stderr
+    report = json.loads(evaluated.stdout)
+    assert report["episodes"] == 3 and report["mean_return"] > 0 and report["std_return"] >= 0
+    missing = agile("evaluate", str(tmp_path / "nothing"), "--env", "CartPole-v1")
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr

@@ -6,9 +6,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from agile_cli.commands import schema, train, validate
+from agile_cli.commands import evaluate, schema, train, validate
 
-COMMANDS = (train, validate, schema)
+COMMANDS = (train, evaluate, validate, schema)
 
 
 def build_parser() -> argparse.ArgumentParser:
