@@ -11,9 +11,9 @@ import torch
 from torch import nn
 from torch.nn.utils import skip_init
 
-from agile_core.networks.activations import check_activation, make_activation, sample_activation
+from agile_core.networks.activations import check_activation, make_activation
 from agile_core.networks.base import EvolvableModule, MutationError, mutation, torch_generator
-from agile_core.networks.layers import DEFAULT_NORM_EPS, ConvBlock
+from agile_core.networks.layers import DEFAULT_NORM_EPS, ConvBlock, change_block_activation
 from agile_core.networks.mlp import check_layer_sizes
 from agile_core.networks.resize import (
     IndexMap,
@@ -273,12 +273,4 @@ class EvolvableCNN(EvolvableModule):
     @mutation("activation")
     def change_activation(self, activation: str | None = None, *, rng: np.random.Generator) -> dict[str, Any]:
         """Use `activation` (sampled when None) after every convolution."""
-        name = sample_activation(self.activation, rng) if activation is None else activation
-        try:
-            check_activation(name)
-        except ValueError as error:
-            raise MutationError(str(error)) from error
-        for block in self.blocks:
-            block.set_activation(name)
-        self.activation = name
-        return {"activation": name}
+        return change_block_activation(self, activation, rng)

@@ -11,12 +11,14 @@ non-zero, so the new layer starts learning at once.
 from __future__ import annotations
 
 import math
+from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from agile_core.networks.activations import make_activation
+from agile_core.networks.activations import check_activation, make_activation, sample_activation
 from agile_core.networks.resize import (
     IndexMap,
     new_units,
@@ -230,3 +232,18 @@ class ConvBlock(_Block):
 
     def _shortcut(self, x: torch.Tensor) -> torch.Tensor:
         return F.conv2d(x, self.shortcut[:, :, None, None])
+
+
+def change_block_activation(module: Any, activation: str | None, rng: np.random.Generator) -> dict[str, Any]:
+    """Switch every block of `module` (an MLP or CNN) to `activation` (sampled when None)."""
+    from agile_core.networks.base import MutationError
+
+    name = sample_activation(module.activation, rng) if activation is None else activation
+    try:
+        check_activation(name)
+    except ValueError as error:
+        raise MutationError(str(error)) from error
+    for block in module.blocks:
+        block.set_activation(name)
+    module.activation = name
+    return {"activation": name}

@@ -10,9 +10,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from agile_core.networks.activations import check_activation, make_activation, sample_activation
-from agile_core.networks.base import EvolvableModule, MutationError, mutation, torch_generator
-from agile_core.networks.layers import DEFAULT_NORM_EPS, DenseBlock
+from agile_core.networks.activations import check_activation, make_activation
+from agile_core.networks.base import EvolvableModule, mutation, torch_generator
+from agile_core.networks.layers import DEFAULT_NORM_EPS, DenseBlock, change_block_activation
 from agile_core.networks.noisy import NoisyLinear
 from agile_core.networks.resize import (
     IndexMap,
@@ -241,12 +241,4 @@ class EvolvableMLP(EvolvableModule):
     @mutation("activation")
     def change_activation(self, activation: str | None = None, *, rng: np.random.Generator) -> dict[str, Any]:
         """Use `activation` (sampled when None) after every hidden layer."""
-        name = sample_activation(self.activation, rng) if activation is None else activation
-        try:
-            check_activation(name)
-        except ValueError as error:
-            raise MutationError(str(error)) from error
-        for block in self.blocks:
-            block.set_activation(name)
-        self.activation = name
-        return {"activation": name}
+        return change_block_activation(self, activation, rng)
