@@ -146,6 +146,14 @@ class DQN(SingleAgentAlgorithm):
         """
         with torch.no_grad():
             q_values = self._q_values(obs)
+        return self.epsilon_greedy(q_values, epsilon, action_mask)
+
+    def epsilon_greedy(self, q_values: torch.Tensor, epsilon: float, action_mask: Any = None) -> np.ndarray:
+        """Actions ``[rows]`` from Q values ``[rows, n]``: greedy, or uniform with probability `epsilon`.
+
+        Draws from the agent's ``rng`` exactly as :meth:`get_action` does (the population-batched
+        loop computes the Q values of all agents at once and calls this per agent).
+        """
         q_values = q_values.reshape(-1, self.num_actions)
         rows = q_values.shape[0]
         allowed = None

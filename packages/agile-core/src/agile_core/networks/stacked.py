@@ -1,0 +1,205 @@
+"""Run several same-architecture networks as one: weights stacked along a leading population axis.
+
+``stack_modules(members)`` returns a module with the same structure and the same parameter names
+as each member, but every parameter has shape ``[P, *member_shape]`` and every input carries a
+leading population axis ``[P, ...]``. It runs the members' own ``forward`` code: only the leaf
+layers that own weights (``nn.Linear``, ``nn.LayerNorm``, the hidden :class:`DenseBlock`) are
+swapped for population versions built on batched matmuls, so one call computes what ``P``
+separate calls would, for little more than the cost of one on a CPU (where small networks are
+dominated by per-call overhead, not arithmetic).
+
+Members stack when their ``config`` (the exact architecture, including norm eps and residual
+flags) is equal; networks with layers that have no population version here (convolutions,
+LSTMs, noisy layers, PReLU) raise :class:`NotStackableError` and callers fall back to running the
+members one by one. ``copy_to_members`` writes the stacked weights back.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from agile_core.networks.base import EvolvableModule
+from agile_core.networks.layers import DenseBlock
+
+__all__ = ["NotStackableError", "StackedDenseBlock", "StackedLayerNorm", "StackedLinear", "architecture_key",
+           "copy_to_members", "stack_modules"]
+
+
+class NotStackableError(TypeError):
+    """The networks cannot run as one stacked computation (different architectures, or a layer
+    type without a population version)."""
+
+
+def architecture_key(module: nn.Module) -> str:
+    """A string equal for two networks exactly when they can be stacked together."""
+    if isinstance(module, EvolvableModule):
+        return f"{type(module).__qualname__}:{json.dumps(module.config, sort_keys=True, default=str)}"
+    raise NotStackableError(f"{type(module).__name__} is not an EvolvableModule")
+
+
+def _stack(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    return torch.stack([t.detach() for t in tensors]).clone()
+
+
+def _per_member(value: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """Reshape a ``[P, k]`` (or ``[P]``) tensor to broadcast over ``like``'s ``[P, ..., k]``."""
+    middle = like.dim() - value.dim()
+    return value.reshape(value.shape[0], *([1] * middle), *value.shape[1:])
+
+
+def _flatten_middle(x: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...]]:
+    """``[P, *batch, k] -> [P, prod(batch), k]``, with the batch shape to restore."""
+    return x.reshape(x.shape[0], -1, x.shape[-1]), tuple(x.shape[1:-1])
+
+
+class StackedLinear(nn.Module):
+    """``P`` linear layers: ``[P, ..., in] -> [P, ..., out]`` with one batched matmul."""
+
+    def __init__(self, layers: Sequence[nn.Linear]) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(_stack([layer.weight for layer in layers]))
+        self.bias = nn.Parameter(_stack([layer.bias for layer in layers])) if layers[0].bias is not None else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Apply member ``p``'s layer to ``x[p]``."""
+        flat, batch = _flatten_middle(x)
+        if self.bias is None:
+            out = torch.bmm(flat, self.weight.transpose(1, 2))
+        else:
+            out = torch.baddbmm(self.bias.unsqueeze(1), flat, self.weight.transpose(1, 2))
+        return out.reshape(x.shape[0], *batch, out.shape[-1])
+
+
+class StackedLayerNorm(nn.Module):
+    """``P`` LayerNorms over the last dimension (same eps; per-member gain and bias)."""
+
+    def __init__(self, norms: Sequence[nn.LayerNorm]) -> None:
+        super().__init__()
+        first = norms[0]
+        if len(first.normalized_shape) != 1 or not first.elementwise_affine:
+            raise NotStackableError("only affine LayerNorms over the last dimension stack")
+        self.normalized_shape = tuple(first.normalized_shape)
+        self.eps = float(first.eps)
+        self.weight = nn.Parameter(_stack([norm.weight for norm in norms]))
+        self.bias = nn.Parameter(_stack([norm.bias for norm in norms])) if first.bias is not None else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalise each member's rows, then apply that member's gain and bias."""
+        normalised = F.layer_norm(x, self.normalized_shape, eps=self.eps)
+        if self.bias is None:
+            return normalised * _per_member(self.weight, x)
+        return torch.addcmul(_per_member(self.bias, x), normalised, _per_member(self.weight, x))
+
+
+class StackedDenseBlock(nn.Module):
+    """``P`` :class:`DenseBlock` hidden layers (optionally residual with a per-member gate)."""
+
+    shortcut: torch.Tensor
+
+    def __init__(self, blocks: Sequence[DenseBlock]) -> None:
+        super().__init__()
+        first = blocks[0]
+        self.main = StackedLinear([block.main for block in blocks])
+        self.norm = StackedLayerNorm([block.norm for block in blocks]) if first.norm is not None else None
+        self.activation = _stateless(first.activation)
+        self.residual = first.residual
+        if self.residual:
+            self.register_buffer("shortcut", _stack([block.shortcut for block in blocks]))
+            self.gate = nn.Parameter(_stack([block.gate for block in blocks]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Member ``p``'s block applied to ``x[p]``."""
+        y = self.main(x)
+        if self.norm is not None:
+            y = self.norm(y)
+        y = self.activation(y)
+        if not self.residual:
+            return y
+        flat, batch = _flatten_middle(x)
+        shortcut = torch.bmm(flat, self.shortcut.transpose(1, 2)).reshape(x.shape[0], *batch, -1)
+        return shortcut + _per_member(self.gate, y) * y
+
+
+def _stateless(module: nn.Module) -> nn.Module:
+    """A parameter-free module is shared as is; one with weights has no population version."""
+    if any(True for _ in module.parameters(recurse=True)) or any(True for _ in module.buffers(recurse=True)):
+        raise NotStackableError(f"{type(module).__name__} has weights and no population version")
+    return module
+
+
+def _stacked_child(children: Sequence[nn.Module]) -> nn.Module:
+    first = children[0]
+    if type(first) is nn.Linear:
+        return StackedLinear(children)  # type: ignore[arg-type]
+    if type(first) is nn.LayerNorm:
+        return StackedLayerNorm(children)  # type: ignore[arg-type]
+    if type(first) is DenseBlock:
+        return StackedDenseBlock(children)  # type: ignore[arg-type]
+    return _stacked_container(children)
+
+
+def _stacked_container(modules: Sequence[nn.Module]) -> nn.Module:
+    """A shallow copy of ``modules[0]`` whose children are stacked; it must own no weights itself."""
+    first = modules[0]
+    if first._parameters or any(buffer is not None for buffer in first._buffers.values()):
+        if not first._modules:
+            return _stateless(first)
+        raise NotStackableError(f"{type(first).__name__} owns weights directly and has no population version")
+    if not first._modules:
+        return _stateless(first)
+    container = copy.copy(first)
+    container._parameters = {}
+    container._buffers = {}
+    container._non_persistent_buffers_set = set()
+    container._modules = {}
+    for name, child in first._modules.items():
+        if child is None:
+            container._modules[name] = None
+            continue
+        siblings = [module._modules[name] for module in modules]
+        container._modules[name] = _stacked_child(siblings)  # type: ignore[arg-type]
+    return container
+
+
+def stack_modules(members: Sequence[nn.Module]) -> nn.Module:
+    """One module computing all `members` at once on inputs with a leading population axis.
+
+    Raises:
+        NotStackableError: when the members' architectures differ or a layer has no population
+            version; run the members one by one instead.
+    """
+    if not members:
+        raise ValueError("stack_modules needs at least one member")
+    keys = {architecture_key(member) for member in members}
+    if len(keys) != 1:
+        raise NotStackableError("the members' architectures differ")
+    devices = {p.device for member in members for p in member.parameters()}
+    if len(devices) > 1:
+        raise NotStackableError("the members live on different devices")
+    stacked = _stacked_container(members)
+    for name, member_param in members[0].named_parameters():
+        stacked_param = stacked.get_parameter(name)
+        if tuple(stacked_param.shape[1:]) != tuple(member_param.shape):
+            raise NotStackableError(f"parameter {name} does not line up with the members'")
+    return stacked
+
+
+def member_parameters(stacked: nn.Module, members: Sequence[nn.Module]) -> Iterator[tuple[torch.Tensor, list[torch.Tensor]]]:
+    """Pairs (stacked parameter, the members' parameters it holds), matched by name."""
+    member_params = [dict(member.named_parameters()) for member in members]
+    for name, param in stacked.named_parameters():
+        yield param, [params[name] for params in member_params]
+
+
+def copy_to_members(stacked: nn.Module, members: Sequence[nn.Module]) -> None:
+    """Write every stacked parameter back into the members' own parameters (in place)."""
+    with torch.no_grad():
+        for param, targets in member_parameters(stacked, members):
+            for index, target in enumerate(targets):
+                target.copy_(param[index])

@@ -1,0 +1,155 @@
+"""A group of same-architecture DQN agents acting and learning as one stacked computation.
+
+Each member keeps its own hyperparameters, exactly: batch size (smaller batches are padded and
+weighted out of the loss), learning rate and Adam state, gamma, tau, gradient clipping and its
+own sampling RNG. One learning step of the group equals one ``DQN.learn`` per member on the same
+batches (to float rounding; tested). Build a group at the start of a training phase and call
+:meth:`DQNGroup.copy_to_members` at its end, before anything else reads the agents.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from gymnasium import spaces
+
+from agile_core.networks import preprocess_observation
+from agile_core.networks.stacked import NotStackableError, copy_to_members, stack_modules
+from agile_core.networks.stacked_adam import StackedAdam, clip_stacked_grad_norm
+from agile_offpolicy.buffers import ReplayBuffer
+from agile_offpolicy.dqn import DQN
+
+__all__ = ["DQNGroup"]
+
+BATCHABLE_OBSERVATIONS = (spaces.Box, spaces.Discrete)
+
+
+class DQNGroup:
+    """Stacked Q networks, target networks and Adam of `members` (plain DQN agents)."""
+
+    def __init__(self, members: Sequence[DQN]) -> None:
+        first = members[0]
+        if any(type(member) is not DQN for member in members):
+            raise NotStackableError("only plain DQN agents are grouped")
+        if not isinstance(first.observation_space, BATCHABLE_OBSERVATIONS):
+            raise NotStackableError(f"observation space {type(first.observation_space).__name__} is not batched")
+        if len({(m.double, m.normalize_images, str(m.device), m.num_actions, m.action_start) for m in members}) != 1:
+            raise NotStackableError("the members differ in double, normalize_images, device or actions")
+        self.members = list(members)
+        self.actor = stack_modules([m.actor for m in members])
+        self.actor_target = stack_modules([m.actor_target for m in members])
+        self.actor_target.requires_grad_(False)
+        self.optimizer = StackedAdam(self.actor, [m.actor for m in members], [m.optimizer for m in members])
+        self.device = first.device
+        self.space = first.observation_space
+        self.normalize_images = first.normalize_images
+        self.double = first.double
+        self.max_grad_norm = first.max_grad_norm
+        self.gamma = torch.tensor([m.gamma for m in members], dtype=torch.float32, device=self.device).unsqueeze(1)
+        self.tau = [m.tau for m in members]
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    def _inputs(self, obs: Any) -> torch.Tensor:
+        tensor = preprocess_observation(self.space, obs, self.device, self.normalize_images)
+        assert isinstance(tensor, torch.Tensor)
+        return tensor
+
+    def q_values(self, obs: Any) -> torch.Tensor:
+        """Q values ``[P, rows, n]`` of observations ``[P, rows, ...]`` (no gradient)."""
+        with torch.no_grad():
+            return self.actor(self._inputs(obs))
+
+    def act(self, obs: Any, epsilons: Sequence[float], action_masks: Any = None) -> np.ndarray:
+        """Epsilon-greedy actions ``[P * rows]`` for observations ``[P * rows, ...]`` (member-major)."""
+        members = len(self.members)
+        obs_tensor = torch.as_tensor(np.asarray(obs), device=self.device)
+        q_values = self.q_values(obs_tensor.reshape(members, -1, *obs_tensor.shape[1:]))
+        masks = None if action_masks is None else np.asarray(action_masks).reshape(members, q_values.shape[1], -1)
+        return np.concatenate([
+            member.epsilon_greedy(q_values[index], epsilons[index], None if masks is None else masks[index])
+            for index, member in enumerate(self.members)
+        ])
+
+    # ------------------------------------------------------------------ learning
+    def sample(self, memory: ReplayBuffer, active: Sequence[bool]) -> tuple[Any, ...]:
+        """One batch per active member, drawn with the member's own RNG exactly as the one-by-one
+        loop draws it, gathered in one call and laid out ``[P, max_batch, ...]`` (padded rows
+        repeat row 0 and carry zero loss weight)."""
+        sizes = [m.batch_size if on else 0 for m, on in zip(self.members, active, strict=True)]
+        indices = [memory.sample_indices(size, getattr(m, "rng", None)) if size else np.zeros(0, dtype=np.int64)
+                   for m, size in zip(self.members, sizes, strict=True)]
+        width = max(sizes)
+        padded = np.zeros((len(self.members), width), dtype=np.int64)
+        weights = np.zeros((len(self.members), width), dtype=np.float32)
+        flat = np.concatenate([idx for idx in indices if idx.size])
+        padded[:] = flat[0]
+        for row, idx in enumerate(indices):
+            padded[row, : idx.size] = idx
+            if idx.size:
+                weights[row, : idx.size] = 1.0 / idx.size
+        batch = memory.sample_from_indices(padded.reshape(-1))
+        shape = (len(self.members), width)
+        obs, action, reward, next_obs, done = (
+            _unflatten(field, shape) for field in (batch.obs, batch.action, batch.reward, batch.next_obs, batch.done))
+        return obs, action, reward, next_obs, done, torch.as_tensor(weights, device=self.device)
+
+    def learn(self, batch: tuple[Any, ...], active: Sequence[bool]) -> list[float | None]:
+        """One gradient step for every active member; return each member's loss (None if idle)."""
+        obs, actions, rewards, next_obs, done, weights = batch
+        first = self.members[0]
+        actions = torch.as_tensor(actions, device=self.device).long().reshape(*weights.shape, 1) - first.action_start
+        rewards = torch.as_tensor(rewards, device=self.device, dtype=torch.float32).reshape(weights.shape)
+        done = torch.as_tensor(done, device=self.device, dtype=torch.float32).reshape(weights.shape)
+        with torch.no_grad():
+            next_inputs = self._inputs(next_obs)
+            next_q_target = self.actor_target(next_inputs)
+            chooser = self.actor(next_inputs) if self.double else next_q_target
+            next_q = next_q_target.gather(-1, chooser.argmax(dim=-1, keepdim=True)).squeeze(-1)
+            td_target = rewards + self.gamma * (1.0 - done) * next_q
+        q_taken = self.actor(self._inputs(obs)).gather(-1, actions).squeeze(-1)
+        losses = (F.smooth_l1_loss(q_taken, td_target, reduction="none") * weights).sum(dim=1)
+
+        self.optimizer.zero_grad()
+        losses.sum().backward()
+        params = [param for param, _ in self.optimizer.pairs]
+        if self.max_grad_norm is not None:
+            clip_stacked_grad_norm(params, self.max_grad_norm)
+        mask = torch.as_tensor(np.asarray(active, dtype=bool))
+        self.optimizer.step(None if bool(mask.all()) else mask)
+        self._soft_update(active)
+        values = losses.detach().cpu().tolist()
+        result: list[float | None] = []
+        for member, on, value in zip(self.members, active, values, strict=True):
+            if on:
+                member.learn_counter += 1
+            result.append(float(value) if on else None)
+        return result
+
+    def _soft_update(self, active: Sequence[bool]) -> None:
+        weight = torch.tensor([tau if on else 0.0 for tau, on in zip(self.tau, active, strict=True)],
+                              dtype=torch.float32, device=self.device)
+        with torch.no_grad():
+            for online, target in zip(self.actor.parameters(), self.actor_target.parameters(), strict=True):
+                target.lerp_(online, weight.reshape(-1, *([1] * (online.dim() - 1))))
+
+    def copy_to_members(self) -> None:
+        """Write weights, target weights and Adam state back into the member agents."""
+        copy_to_members(self.actor, [m.actor for m in self.members])
+        copy_to_members(self.actor_target, [m.actor_target for m in self.members])
+        self.optimizer.copy_to_members()
+
+
+def _unflatten(field: Any, shape: tuple[int, int]) -> Any:
+    if isinstance(field, torch.Tensor):
+        return field.reshape(*shape, *field.shape[1:])
+    if isinstance(field, dict):
+        return {key: _unflatten(value, shape) for key, value in field.items()}
+    if isinstance(field, tuple):
+        return tuple(_unflatten(value, shape) for value in field)
+    return field
