@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -28,12 +31,16 @@ class TrainingReporter:
     arguments) and logs the run `config` once; shows a :class:`ProgressBar` over the population's
     global steps and prints the generation table when `verbose`. Use as a context manager, or
     call :meth:`close`.
+
+    With a `csv_path`, each evaluated generation is also appended to a :class:`GenerationHistory`
+    beside it (``metrics.csv`` -> ``metrics.history.jsonl``), or to `history_path` when given.
     """
 
     def __init__(self, *, total_steps: int, desc: str = "", verbose: bool = True, wb: bool = False,
                  tensorboard: bool = False, tensorboard_log_dir: str | None = None,
                  wandb_api_key: str | None = None, wandb_kwargs: Mapping[str, Any] | None = None,
-                 config: Mapping[str, Any] | None = None, csv_path: str | None = None) -> None:
+                 config: Mapping[str, Any] | None = None, csv_path: str | None = None,
+                 history_path: str | None = None) -> None:
         self._logger_args: dict[str, Any] = {
             "tensorboard": tensorboard, "tensorboard_log_dir": tensorboard_log_dir, "wb": wb,
             "wandb_api_key": wandb_api_key, "wandb_kwargs": wandb_kwargs, "csv_path": csv_path,
@@ -46,6 +53,9 @@ class TrainingReporter:
         self.best_fitness = -math.inf
         self._start = time.monotonic()
         self._start_step = 0
+        if history_path is None and csv_path is not None:
+            history_path = str(history_path_for(csv_path))
+        self.history = GenerationHistory(history_path) if history_path is not None else None
 
     @property
     def logger(self) -> MetricsLogger:
@@ -94,6 +104,9 @@ class TrainingReporter:
             metric_names.PERF_GLOBAL_STEPS: global_steps,
             metric_names.PERF_STEPS_PER_SECOND: (global_steps - self._start_step) / elapsed,
         })
+        if self.history is not None:
+            self.history.append(generation_record(global_steps, generation, population, fitnesses),
+                                resume_step=self.resume_step)
         if self.verbose:
             rows = [GenerationRow(a.index, f, a.hyperparameters(), a.mut) for a, f in zip(population, fitnesses, strict=True)]
             print_generation_table(rows, generation=generation)
@@ -106,6 +119,8 @@ class TrainingReporter:
     def close(self) -> None:
         """Finish the progress bar and close the logger's backends."""
         self.progress.close()
+        if self.history is not None:
+            self.history.close()
         if self._logger is not None:
             self._logger.close()
 
@@ -115,6 +130,111 @@ class TrainingReporter:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
+
+
+def history_path_for(csv_path: str | os.PathLike[str]) -> Path:
+    """The generation history beside a metrics CSV: ``metrics.csv`` -> ``metrics.history.jsonl``."""
+    path = Path(csv_path)
+    return path.with_name(f"{path.stem}.history.jsonl")
+
+
+class GenerationHistory:
+    """``<stem>.history.jsonl``: one JSON object per evaluated generation (see `generation_record`).
+
+    Opened on the first append. A new run (``resume_step == 0``) starts the file afresh; a resumed
+    run keeps the complete lines with ``step <= resume_step`` (the generations its checkpoint
+    covers; a torn last line is dropped) and appends after them. Each line is written whole and
+    flushed, so a crash loses at most the line being written.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._handle: IO[str] | None = None
+
+    def _open(self, resume_step: int) -> IO[str]:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if resume_step > 0 and self.path.exists():
+            kept = [line for line in _complete_lines(self.path) if _line_step(line) <= resume_step]
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            tmp.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
+            os.replace(tmp, self.path)
+            return open(self.path, "a", encoding="utf-8")
+        return open(self.path, "w", encoding="utf-8")
+
+    def append(self, record: Mapping[str, Any], resume_step: int = 0) -> None:
+        """Write `record` as one line (opening the file on the first call)."""
+        if self._handle is None:
+            self._handle = self._open(resume_step)
+        self._handle.write(json.dumps(record, allow_nan=False) + "\n")
+        self._handle.flush()
+
+    def close(self) -> None:
+        """Close the file (idempotent)."""
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+
+
+def _complete_lines(path: Path) -> list[str]:
+    """Newline-terminated lines of `path` that parse as JSON objects."""
+    lines = []
+    for raw in path.read_text(encoding="utf-8").splitlines(keepends=True):
+        if not raw.endswith("\n"):
+            break
+        try:
+            if isinstance(json.loads(raw), dict):
+                lines.append(raw.rstrip("\n"))
+        except ValueError:
+            continue
+    return lines
+
+
+def _line_step(line: str) -> float:
+    step = json.loads(line).get("step")
+    return float(step) if isinstance(step, int | float) else math.inf
+
+
+def generation_record(global_steps: int, generation: int, population: Sequence[Any],
+                      fitnesses: Sequence[float]) -> dict[str, Any]:
+    """One line of the generation history: the evaluated population, slot by slot.
+
+    ``{"generation", "step" (population env steps), "time" (unix), "mutable" (names of the
+    mutable hyperparameters), "elite_id", "agents": [{"slot", "id", "parent_id", "fitness",
+    "mutation", "operator", "hyperparameters", "steps"}]}``. ``mutation`` describes what the
+    evolution step before this generation did to the agent (``"None"``: nothing) and
+    ``operator`` names the mutation operator (null when nothing was mutated); NaN is written as null.
+    """
+    agents = []
+    for slot, (agent, fitness) in enumerate(zip(population, fitnesses, strict=True)):
+        lineage = getattr(agent, "lineage", None)
+        mutation = str(getattr(agent, "mut", "None"))
+        agents.append({
+            "slot": slot, "id": int(agent.index),
+            "parent_id": getattr(lineage, "parent_id", None),
+            "fitness": _finite(fitness),
+            "mutation": mutation,
+            "operator": None if mutation == "None" else _last_operator(lineage),
+            "hyperparameters": {k: _finite(v) if isinstance(v, float) else v
+                                for k, v in agent.hyperparameters().items()
+                                if isinstance(v, int | float | str | bool) or v is None},
+            "steps": int(getattr(agent, "steps", 0)),
+        })
+    scored = [(f, a["id"]) for f, a in zip(fitnesses, agents, strict=True) if not math.isnan(f)]
+    return {"generation": int(generation), "step": int(global_steps), "time": round(time.time(), 3),
+            "mutable": sorted(getattr(population[0], "hp_config", {}) or {}) if population else [],
+            "elite_id": max(scored, key=lambda pair: pair[0])[1] if scored else None, "agents": agents}
+
+
+def _last_operator(lineage: Any) -> str | None:
+    for event in reversed(getattr(lineage, "history", None) or []):
+        if event.get("event") == "mutation":
+            return str(event.get("operator"))
+    return None
+
+
+def _finite(value: float) -> float | None:
+    value = float(value)
+    return value if math.isfinite(value) else None
 
 
 def _numeric(params: Mapping[str, Any]) -> dict[str, float]:
