@@ -1,0 +1,318 @@
+"""Figures of a run directory: fitness, hyperparameter trajectories and the lineage tree.
+
+Everything is read from the generation history that `agile train` writes
+(``RUN_DIR/metrics.history.jsonl``, one JSON object per evaluated generation; see
+``docs/run-directory.md``) plus the target score from ``manifest.resolved.json``. matplotlib is
+imported only by :func:`plot_run`, with the non-interactive Agg backend.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HISTORY_FILE = "metrics.history.jsonl"
+FIGURES = ("fitness.png", "hyperparameters.png", "lineage.png")
+
+# Colours of lineage edges by mutation operator; `None` is a clone left unmutated.
+OPERATOR_STYLE: dict[str | None, tuple[str, str]] = {
+    None: ("#444444", "clone, no mutation"),
+    "rl_hp_mut": ("#1f77b4", "hyperparameter"),
+    "arch_mut": ("#ff7f0e", "architecture"),
+    "params_mut": ("#2ca02c", "parameters"),
+    "act_mut": ("#9467bd", "activation"),
+}
+
+
+class RunDirError(ValueError):
+    """The path is not a run directory with a readable generation history."""
+
+
+@dataclass
+class RunHistory:
+    """The generations of one run, oldest first, and what the plots annotate them with."""
+
+    name: str
+    generations: list[dict[str, Any]]
+    target: float | None = None
+    mutable: list[str] = field(default_factory=list)
+
+    def predecessor(self, position: int, agent: dict[str, Any]) -> tuple[dict[str, Any], bool] | None:
+        """The agent in the previous generation that `agent` (at `position`) continues.
+
+        Returns (that agent, True) when the same agent survived, (its parent, False) for a clone,
+        None for a founder or when the previous generation is not in the history."""
+        if position == 0:
+            return None
+        previous = {a["id"]: a for a in self.generations[position - 1]["agents"]}
+        if agent["id"] in previous:
+            return previous[agent["id"]], True
+        parent = agent.get("parent_id")
+        if parent in previous:
+            return previous[parent], False
+        return None
+
+
+def load_run(run_dir: str | Path) -> RunHistory:
+    """Read a run directory's generation history; raise RunDirError with the reason otherwise."""
+    root = Path(run_dir)
+    if not root.is_dir():
+        raise RunDirError(f"{root} is not a directory")
+    path = root / HISTORY_FILE
+    if not path.is_file():
+        raise RunDirError(f"{root} is not an agile run directory: it has no {HISTORY_FILE} "
+                          "(written by `agile train`)")
+    by_generation: dict[int, dict[str, Any]] = {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            generation = int(record["generation"])
+            if not isinstance(record["agents"], list):
+                raise TypeError("agents is not a list")
+        except (ValueError, KeyError, TypeError) as exc:
+            raise RunDirError(f"{path}:{number}: not a generation record ({exc})") from None
+        by_generation[generation] = record
+    if not by_generation:
+        raise RunDirError(f"{path} records no generation yet (the run stopped before its first evaluation)")
+    generations = [by_generation[g] for g in sorted(by_generation)]
+    mutable: list[str] = []
+    for record in generations:
+        mutable.extend(name for name in record.get("mutable", []) if name not in mutable)
+    return RunHistory(name=root.resolve().name, generations=generations, target=_target(root), mutable=mutable)
+
+
+def _target(root: Path) -> float | None:
+    try:
+        manifest = json.loads((root / "manifest.resolved.json").read_text(encoding="utf-8"))
+        target = manifest["training"]["target_score"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return float(target) if isinstance(target, int | float) else None
+
+
+def plot_run(run_dir: str | Path, out_dir: str | Path | None = None) -> list[Path]:
+    """Write the three figures of `run_dir` into `out_dir` (default ``RUN_DIR/plots``); return their paths."""
+    history = load_run(run_dir)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    out = Path(out_dir) if out_dir is not None else Path(run_dir) / "plots"
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / name for name in FIGURES]
+    for draw, path in zip((plot_fitness, plot_hyperparameters, plot_lineage), paths, strict=True):
+        draw(history, path)
+    return paths
+
+
+def _slot_colour(slot: int) -> Any:
+    import matplotlib.pyplot as plt
+
+    return plt.get_cmap("tab10")(slot % 10)
+
+
+def _steps_axis(ax: Any, history: RunHistory) -> None:
+    """A secondary x axis on top: population environment steps at each generation."""
+    import numpy as np
+
+    gens = [float(r["generation"]) for r in history.generations]
+    steps = [float(r.get("step", 0)) for r in history.generations]
+    if len(gens) < 2 or any(b <= a for a, b in itertools.pairwise(steps)):
+        return
+    top = ax.secondary_xaxis("top", functions=(lambda g: np.interp(g, gens, steps),
+                                               lambda s: np.interp(s, steps, gens)))
+    top.set_xlabel("environment steps (whole population)")
+
+
+def _trajectories(ax: Any, history: RunHistory, value: Any, jitter: float = 0.0) -> None:
+    """Draw each agent's `value(agent)` per generation, joined to its predecessor's point.
+
+    `jitter` shifts each slot sideways by that many generations so equal values stay visible."""
+    slots = 1 + max((int(a.get("slot", 0)) for r in history.generations for a in r["agents"]), default=0)
+
+    def x_of(generation: int, agent: dict[str, Any]) -> float:
+        return generation + jitter * (int(agent.get("slot", 0)) - (slots - 1) / 2)
+
+    for position, record in enumerate(history.generations):
+        for agent in record["agents"]:
+            y = value(agent)
+            if y is None:
+                continue
+            colour = _slot_colour(int(agent.get("slot", 0)))
+            x = x_of(record["generation"], agent)
+            link = history.predecessor(position, agent)
+            if link is not None and value(link[0]) is not None:
+                x0 = x_of(history.generations[position - 1]["generation"], link[0])
+                ax.plot([x0, x], [value(link[0]), y], color=colour, alpha=0.55,
+                        linewidth=1.0, linestyle="-" if link[1] else "--", zorder=1)
+            ax.scatter([x], [y], color=colour, s=18, zorder=2)
+
+
+def _slot_handles(history: RunHistory) -> list[Any]:
+    from matplotlib.lines import Line2D
+
+    slots = 1 + max((int(a.get("slot", 0)) for r in history.generations for a in r["agents"]), default=0)
+    return [Line2D([], [], color=_slot_colour(slot), marker="o", linestyle="-", label=f"slot {slot}")
+            for slot in range(min(slots, 10))]
+
+
+def _integer_ticks(ax: Any) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def plot_fitness(history: RunHistory, path: Path) -> None:
+    """Fitness of every agent per generation, best and mean of the population, and the target."""
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    gens = [r["generation"] for r in history.generations]
+    fitness = [[a["fitness"] for a in r["agents"] if a.get("fitness") is not None] for r in history.generations]
+    fig, ax = plt.subplots(figsize=(max(8.0, 0.35 * len(gens)), 5.0), layout="constrained")
+    _trajectories(ax, history, lambda agent: agent.get("fitness"))
+    best = [max(f) if f else math.nan for f in fitness]
+    mean = [sum(f) / len(f) if f else math.nan for f in fitness]
+    ax.plot(gens, best, color="black", linewidth=2.0, zorder=3)
+    ax.plot(gens, mean, color="black", linewidth=1.2, linestyle=":", zorder=3)
+    handles = [Line2D([], [], color="black", linewidth=2.0, label="best"),
+               Line2D([], [], color="black", linewidth=1.2, linestyle=":", label="mean"),
+               Line2D([], [], color="grey", linestyle="-", label="same agent, next generation"),
+               Line2D([], [], color="grey", linestyle="--", label="clone of that agent"),
+               *_slot_handles(history)]
+    if history.target is not None:
+        ax.axhline(history.target, color="red", linewidth=1.0, linestyle="--", zorder=0)
+        handles.append(Line2D([], [], color="red", linestyle="--", label=f"target {history.target:g}"))
+    ax.set_xlabel("generation")
+    ax.set_ylabel("fitness (mean evaluation return)")
+    ax.set_title(f"Fitness per generation: {history.name}")
+    ax.grid(alpha=0.3)
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, borderaxespad=0)
+    _integer_ticks(ax)
+    _steps_axis(ax, history)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _numeric(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def hyperparameter_names(history: RunHistory) -> list[str]:
+    """The mutable hyperparameters, or else the numeric ones that changed during the run."""
+    if history.mutable:
+        return list(history.mutable)
+    seen: dict[str, set[float]] = {}
+    for record in history.generations:
+        for agent in record["agents"]:
+            for name, value in agent.get("hyperparameters", {}).items():
+                number = _numeric(value)
+                if number is not None:
+                    seen.setdefault(name, set()).add(number)
+    return [name for name, values in seen.items() if len(values) > 1]
+
+
+def plot_hyperparameters(history: RunHistory, path: Path) -> None:
+    """One panel per mutable hyperparameter: every agent's value per generation along its lineage."""
+    import matplotlib.pyplot as plt
+
+    names = hyperparameter_names(history)
+    width = max(8.0, 0.35 * len(history.generations))
+    fig, axes = plt.subplots(max(1, len(names)), 1, figsize=(width, 2.6 * max(1, len(names)) + 0.6),
+                             sharex=True, squeeze=False, layout="constrained")
+    if not names:
+        axes[0][0].text(0.5, 0.5, "no mutable hyperparameters in this run", ha="center", va="center",
+                        transform=axes[0][0].transAxes)
+        axes[0][0].set_xlabel("generation")
+    for ax, name in zip(axes[:, 0], names, strict=False):
+        def value(agent: dict[str, Any], name: str = name) -> float | None:
+            return _numeric(agent.get("hyperparameters", {}).get(name))
+
+        _trajectories(ax, history, value, jitter=0.06)
+        values = [v for r in history.generations for a in r["agents"] if (v := value(a)) is not None]
+        if values and min(values) > 0 and max(values) / min(values) > 20:
+            ax.set_yscale("log")
+        ax.set_ylabel(name)
+        ax.grid(alpha=0.3)
+    axes[-1][0].set_xlabel("generation")
+    _integer_ticks(axes[-1][0])
+    if names:
+        axes[0][0].legend(handles=_slot_handles(history), loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                          fontsize=8, borderaxespad=0)
+    fig.suptitle(f"Mutable hyperparameters per generation (solid: same agent, dashed: clone): {history.name}")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_lineage(history: RunHistory, path: Path) -> None:
+    """The lineage tree: a node per agent and generation (x: generation, y: slot, colour: fitness,
+    label: agent id); edges from each agent to the one it continues (dashed: the same agent kept)
+    or was cloned from (solid, coloured by the mutation applied and labelled with it)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import Normalize
+    from matplotlib.lines import Line2D
+
+    gens = history.generations
+    slots = max((int(a.get("slot", 0)) for r in gens for a in r["agents"]), default=0) + 1
+    fig, ax = plt.subplots(figsize=(max(8.0, 0.9 * len(gens) + 2), max(3.5, 0.8 * slots + 1.5)),
+                           layout="constrained")
+    fitness = [a["fitness"] for r in gens for a in r["agents"] if a.get("fitness") is not None]
+    norm = Normalize(min(fitness, default=0.0), max(fitness, default=1.0))
+    cmap = plt.get_cmap("viridis")
+    label_edges = len(gens) <= 40 and slots <= 12
+    used: dict[str | None, tuple[str, str]] = {}
+    for position, record in enumerate(gens):
+        x = record["generation"]
+        for agent in record["agents"]:
+            y = int(agent.get("slot", 0))
+            link = history.predecessor(position, agent)
+            if link is not None:
+                source, kept = link
+                x0, y0 = gens[position - 1]["generation"], int(source.get("slot", 0))
+                operator = None if kept else agent.get("operator")
+                colour, meaning = OPERATOR_STYLE.get(operator, ("#d62728", str(operator)))
+                if kept:
+                    ax.plot([x0, x], [y0, y], color="#aaaaaa", linestyle="--", linewidth=1.0, zorder=1)
+                else:
+                    used[operator] = (colour, meaning)
+                    ax.annotate("", xy=(x, y), xytext=(x0, y0), zorder=1,
+                                arrowprops={"arrowstyle": "-|>", "color": colour, "linewidth": 1.3,
+                                            "shrinkA": 7, "shrinkB": 7})
+                    text = agent.get("mutation")
+                    if label_edges and text and text != "None":
+                        ax.text((x0 + x) / 2, (y0 + y) / 2, _short(text), fontsize=6, color=colour,
+                                ha="center", va="bottom", zorder=4,
+                                bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.7})
+            score = agent.get("fitness")
+            elite = agent["id"] == record.get("elite_id")
+            ax.scatter([x], [y], s=260, zorder=2, color=cmap(norm(score)) if score is not None else "#cccccc",
+                       edgecolors="red" if elite else "black", linewidths=2.0 if elite else 0.6)
+            ax.text(x, y, str(agent["id"]), fontsize=7, ha="center", va="center", zorder=3,
+                    color="white" if score is not None and norm(score) < 0.6 else "black")
+    handles = [Line2D([], [], color="#aaaaaa", linestyle="--", label="same agent kept (elite)")]
+    handles += [Line2D([], [], color=c, linewidth=1.5, label=f"cloned: {m}") for c, m in used.values()]
+    handles.append(Line2D([], [], marker="o", color="white", markeredgecolor="red", markeredgewidth=2,
+                          markersize=10, label="elite of the generation"))
+    fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 4), fontsize=8)
+    fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, label="fitness")
+    ax.set_yticks(range(slots))
+    ax.set_ylim(slots - 0.5, -0.5)
+    ax.set_ylabel("population slot")
+    ax.set_xlabel("generation")
+    if len(gens) <= 40:
+        ax.set_xticks([r["generation"] for r in gens])
+    ax.set_title(f"Lineage (node: agent id, colour: fitness): {history.name}")
+    ax.grid(alpha=0.2)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _short(text: str, limit: int = 22) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
