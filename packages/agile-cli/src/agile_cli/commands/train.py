@@ -65,6 +65,29 @@ def _run_dir(args: argparse.Namespace) -> Path:
     return Path("runs") / f"{Path(args.manifest).stem}-{stamp}"
 
 
+def _resume_hint(exc: Any, args: argparse.Namespace, run_dir: Path) -> str:
+    """The command that continues an interrupted run: same manifest, overrides and run directory
+    (so metrics.csv and metrics.history.jsonl carry on)."""
+    import shlex
+
+    if exc.checkpoint_path is None:
+        return str(exc.resume_hint(args.manifest))
+    words = ["agile", "train", args.manifest]
+    for override in args.overrides:
+        words += ["--set", override]
+    for flag in ("seed", "device", "checkpoint_steps", "checkpoint_path", "elite_path", "tensorboard_log_dir"):
+        value = getattr(args, flag)
+        if value is not None and not (flag == "device" and value == "cpu"):
+            words += [f"--{flag.replace('_', '-')}", str(value)]
+    for flag in ("overwrite_checkpoints", "save_elite", "tensorboard", "wb"):
+        if getattr(args, flag):
+            words.append(f"--{flag.replace('_', '-')}")
+    if not args.verbose:
+        words.append("--quiet")
+    words += ["--run-dir", str(run_dir), "--resume-from-checkpoint", str(exc.checkpoint_path)]
+    return shlex.join(words)
+
+
 def run(args: argparse.Namespace) -> int:
     """Validate, train, write the run directory; map outcomes to exit codes."""
     from agile_core.errors import ManifestError
@@ -100,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
             csv_path=str(run_dir / "metrics.csv"),
         )
     except TrainingInterrupted as exc:
-        print(f"\nInterrupted: {exc}\nResume with: {exc.resume_hint(args.manifest)}", file=sys.stderr)
+        print(f"\nInterrupted: {exc}\nResume with: {_resume_hint(exc, args, run_dir)}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except KeyboardInterrupt:
         print("\nInterrupted before a checkpoint could be saved.", file=sys.stderr)
