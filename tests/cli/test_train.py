@@ -18,6 +18,12 @@ TINY = ["--set", "training.max_steps=2048", "--set", "training.evo_steps=1024", 
         "--quiet"]
 
 
+MANIFESTS = sorted((ROOT / "configs" / "training").glob("*.yaml"))
+# Tiny budget for any manifest: training-section fields only, so every paradigm accepts them.
+TINY_ANY = ["--set", "training.max_steps=1024", "--set", "training.evo_steps=512", "--set", "training.pop_size=2",
+            "--set", "training.eval_loop=1", "--set", "training.eval_steps=500", "--quiet"]
+
+
 def agile(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "agile_cli.main", *args], capture_output=True, text=True,
                           env=ENV, cwd=ROOT, timeout=timeout)
@@ -41,6 +47,37 @@ def test_train_writes_run_directory_and_summary(tmp_path):
     rows = (tmp_path / "run" / "metrics.csv").read_text().splitlines()
     assert rows[0] == "step,name,value,wall_time"
     assert any(",eval/mean_return," in row for row in rows) and any(",perf/steps_per_second," in row for row in rows)
+
+
+def _missing_env_dependency(manifest: Path) -> str | None:
+    """Why the manifest's Gymnasium environment cannot be made here (None when it can, or when
+    it is not a registered Gymnasium id: then training itself must work)."""
+    import gymnasium as gym
+    import yaml
+
+    env = (yaml.safe_load(manifest.read_text()) or {}).get("environment") or {}
+    name = env.get("name")
+    if not isinstance(name, str) or env.get("entrypoint") or env.get("path") or name not in gym.registry:
+        return None
+    try:
+        gym.make(name).close()
+    except gym.error.DependencyNotInstalled as exc:
+        return f"{manifest.name}: {name} needs an optional dependency that is not installed ({exc})"
+    return None
+
+
+@pytest.mark.parametrize("manifest", MANIFESTS, ids=[m.name for m in MANIFESTS])
+def test_every_example_manifest_trains_with_a_tiny_budget(manifest, tmp_path):
+    reason = _missing_env_dependency(manifest)
+    if reason:
+        pytest.skip(reason)
+    run_dir = tmp_path / "run"
+    result = agile("train", str(manifest), *TINY_ANY, "--run-dir", str(run_dir))
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert len(summary["agents"]) == 2 and summary["total_steps"] >= 2048
+    assert all(agent["steps"] >= 1024 for agent in summary["agents"])
+    assert (run_dir / "metrics.history.jsonl").read_text().count("\n") == 2  # two generations
 
 
 def test_bad_override_exits_2_with_the_path(tmp_path):
@@ -82,6 +119,7 @@ def test_ctrl_c_exits_130_and_the_checkpoint_resumes_to_the_end(tmp_path):
     _, err = process.communicate(timeout=120)
     assert process.returncode == 130, err
     assert "--resume-from-checkpoint" in err
+    assert f"--run-dir {run_dir}" in err and "--set training.pop_size=2" in err  # the hint repeats the run
     checkpoint = err.split("--resume-from-checkpoint", 1)[1].split()[0]
     resumed = agile("train", str(PPO), "--set", "training.pop_size=2", "--set", "training.max_steps=40960",
                     "--set", "training.evo_steps=2048", "--set", "algorithm.learn_step=256",
