@@ -18,8 +18,13 @@ import torch.nn.functional as F
 from gymnasium import spaces
 
 from agile_core.networks import preprocess_observation
-from agile_core.networks.stacked import NotStackableError, copy_to_members, stack_modules
-from agile_core.networks.stacked_adam import StackedAdam, clip_stacked_grad_norm
+from agile_core.networks.stacked import (
+    FlatParameters,
+    NotStackableError,
+    copy_to_members,
+    stack_modules,
+)
+from agile_core.networks.stacked_adam import StackedAdam, clip_flat_grad_norm
 from agile_offpolicy.buffers import ReplayBuffer
 from agile_offpolicy.dqn import DQN
 
@@ -44,13 +49,14 @@ class DQNGroup:
         self.actor_target = stack_modules([m.actor_target for m in members])
         self.actor_target.requires_grad_(False)
         self.optimizer = StackedAdam(self.actor, [m.actor for m in members], [m.optimizer for m in members])
+        self.target_flat = FlatParameters(self.actor_target, with_grad=False)
         self.device = first.device
         self.space = first.observation_space
         self.normalize_images = first.normalize_images
         self.double = first.double
         self.max_grad_norm = first.max_grad_norm
         self.gamma = torch.tensor([m.gamma for m in members], dtype=torch.float32, device=self.device).unsqueeze(1)
-        self.tau = [m.tau for m in members]
+        self.tau = torch.tensor([m.tau for m in members], dtype=torch.float32, device=self.device).unsqueeze(1)
 
     def __len__(self) -> int:
         return len(self.members)
@@ -117,12 +123,14 @@ class DQNGroup:
 
         self.optimizer.zero_grad()
         losses.sum().backward()
-        params = [param for param, _ in self.optimizer.pairs]
         if self.max_grad_norm is not None:
-            clip_stacked_grad_norm(params, self.max_grad_norm)
+            clip_flat_grad_norm(self.optimizer.flat, self.max_grad_norm)
         mask = torch.as_tensor(np.asarray(active, dtype=bool))
-        self.optimizer.step(None if bool(mask.all()) else mask)
-        self._soft_update(active)
+        all_active = bool(mask.all())
+        self.optimizer.step(None if all_active else mask)
+        with torch.no_grad():  # target <- tau * online + (1 - tau) * target, idle members unchanged
+            weight = self.tau if all_active else self.tau * mask.to(self.tau).unsqueeze(1)
+            self.target_flat.data.lerp_(self.optimizer.parameters, weight)
         values = losses.detach().cpu().tolist()
         result: list[float | None] = []
         for member, on, value in zip(self.members, active, values, strict=True):
@@ -130,13 +138,6 @@ class DQNGroup:
                 member.learn_counter += 1
             result.append(float(value) if on else None)
         return result
-
-    def _soft_update(self, active: Sequence[bool]) -> None:
-        weight = torch.tensor([tau if on else 0.0 for tau, on in zip(self.tau, active, strict=True)],
-                              dtype=torch.float32, device=self.device)
-        with torch.no_grad():
-            for online, target in zip(self.actor.parameters(), self.actor_target.parameters(), strict=True):
-                target.lerp_(online, weight.reshape(-1, *([1] * (online.dim() - 1))))
 
     def copy_to_members(self) -> None:
         """Write weights, target weights and Adam state back into the member agents."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import json
+import warnings
 from collections.abc import Iterator, Sequence
 
 import torch
@@ -27,7 +28,7 @@ from torch import nn
 from agile_core.networks.base import EvolvableModule
 from agile_core.networks.layers import DenseBlock
 
-__all__ = ["NotStackableError", "StackedDenseBlock", "StackedLayerNorm", "StackedLinear", "architecture_key",
+__all__ = ["FlatParameters", "NotStackableError", "StackedDenseBlock", "StackedLayerNorm", "StackedLinear", "architecture_key",
            "copy_to_members", "stack_modules"]
 
 
@@ -106,7 +107,8 @@ class StackedDenseBlock(nn.Module):
         super().__init__()
         first = blocks[0]
         self.main = StackedLinear([block.main for block in blocks])
-        self.norm = StackedLayerNorm([block.norm for block in blocks]) if first.norm is not None else None
+        norms = [block.norm for block in blocks if block.norm is not None]
+        self.norm = StackedLayerNorm(norms) if norms else None
         self.activation = _stateless(first.activation)
         self.residual = first.residual
         if self.residual:
@@ -188,6 +190,53 @@ def stack_modules(members: Sequence[nn.Module]) -> nn.Module:
         if tuple(stacked_param.shape[1:]) != tuple(member_param.shape):
             raise NotStackableError(f"parameter {name} does not line up with the members'")
     return stacked
+
+
+class FlatParameters:
+    """The parameters of a stacked module re-homed into one ``[P, D]`` tensor (and their
+    gradients into another), so whole-population updates (Adam, norm clipping, target
+    averaging) are a handful of tensor operations instead of one per parameter, with
+    per-member scalars broadcast as ``[P, 1]``.
+
+    Every parameter stays a view: ``param.data`` is ``data[:, a:b]`` reshaped and ``param.grad``
+    is ``grad[:, a:b]`` reshaped (backward accumulates into it in place). Clear gradients with
+    :meth:`zero_grad`, never by setting ``.grad = None``.
+    """
+
+    def __init__(self, stacked: nn.Module, with_grad: bool = True) -> None:
+        self.params = list(stacked.parameters())
+        if not self.params:
+            raise NotStackableError("the stacked module has no parameters")
+        like = self.params[0]
+        self.members = int(like.shape[0])
+        self.spans: list[tuple[int, int]] = []
+        start = 0
+        for param in self.params:
+            size = param[0].numel()
+            self.spans.append((start, start + size))
+            start += size
+        self.data = torch.empty(self.members, start, device=like.device, dtype=like.dtype)
+        self.grad = torch.zeros_like(self.data) if with_grad else None
+        for param, (begin, end) in zip(self.params, self.spans, strict=True):
+            self.data[:, begin:end].copy_(param.detach().reshape(self.members, -1))
+            param.data = self.data[:, begin:end].view(param.shape)
+            if self.grad is not None:
+                param.grad = self.grad[:, begin:end].view(param.shape)
+
+    def zero_grad(self) -> None:
+        """Zero every gradient in place."""
+        if self.grad is not None:
+            self.grad.zero_()
+
+    def slice(self, tensor: torch.Tensor, index: int) -> torch.Tensor:
+        """The part of a ``[P, D]`` tensor that belongs to parameter `index`, shaped ``[P, *shape]``."""
+        begin, end = self.spans[index]
+        return tensor[:, begin:end].view(self.params[index].shape)
+
+
+# The gradients above are strided views of one buffer by design; autograd accumulates into them
+# in place and only notes that they are not dense.
+warnings.filterwarnings("ignore", message="grad and param do not obey the gradient layout contract")
 
 
 def member_parameters(stacked: nn.Module, members: Sequence[nn.Module]) -> Iterator[tuple[torch.Tensor, list[torch.Tensor]]]:

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from agile_core.networks.stacked import NotStackableError, member_parameters
+from agile_core.networks.stacked import FlatParameters, NotStackableError, member_parameters
 
-__all__ = ["StackedAdam", "clip_stacked_grad_norm"]
+__all__ = ["StackedAdam", "clip_flat_grad_norm"]
 
 
 def _adam_settings(optimizer: torch.optim.Optimizer) -> tuple[float, float, float]:
@@ -31,6 +31,9 @@ def _adam_settings(optimizer: torch.optim.Optimizer) -> tuple[float, float, floa
 
 class StackedAdam:
     """Adam for the parameters of a stacked module, mirroring the members' optimizers.
+
+    The stacked parameters are moved into one flat ``[P, D]`` tensor (:class:`FlatParameters`),
+    so a step is a few whole-population tensor operations.
 
     Args:
         stacked: The module from :func:`stack_modules` (its parameters are updated).
@@ -50,81 +53,78 @@ class StackedAdam:
         for _, targets in self.pairs:
             if any(id(target) not in params for target, params in zip(targets, owned, strict=True)):
                 raise NotStackableError("a member's optimizer does not own all of its network's parameters")
-        like = self.pairs[0][0]
+        self.flat = FlatParameters(stacked)
         self.lr = torch.tensor([float(opt.param_groups[0]["lr"]) for opt in optimizers], dtype=torch.float64)
-        steps = []
-        self.exp_avg: list[torch.Tensor] = []
-        self.exp_avg_sq: list[torch.Tensor] = []
-        for param, targets in self.pairs:
-            states = [optimizer.state.get(target, {}) for optimizer, target in zip(optimizers, targets, strict=True)]
-            self.exp_avg.append(torch.stack([s["exp_avg"] if s else torch.zeros_like(t)
-                                             for s, t in zip(states, targets, strict=True)]).to(param))
-            self.exp_avg_sq.append(torch.stack([s["exp_avg_sq"] if s else torch.zeros_like(t)
-                                                for s, t in zip(states, targets, strict=True)]).to(param))
-            steps.append([float(s["step"]) if s else 0.0 for s in states])
-        # Every tensor of a member has taken the same number of steps (one optimizer, one group).
-        self.step_count = torch.tensor(steps[0] if steps else [0.0] * len(optimizers), dtype=torch.float64)
-        self.device = like.device
+        self.exp_avg = torch.zeros_like(self.flat.data)
+        self.exp_avg_sq = torch.zeros_like(self.flat.data)
+        self.step_count = torch.zeros(len(optimizers), dtype=torch.float64)
+        for member, optimizer in enumerate(self.optimizers):
+            for index, (_, targets) in enumerate(self.pairs):
+                state = optimizer.state.get(targets[member])
+                if state:
+                    self.flat.slice(self.exp_avg, index)[member] = state["exp_avg"]
+                    self.flat.slice(self.exp_avg_sq, index)[member] = state["exp_avg_sq"]
+                    # One optimizer, one param group: every tensor of a member has the same step.
+                    self.step_count[member] = float(state["step"])
 
-    def step(self, active: torch.Tensor | None = None) -> None:
-        """One Adam update from the stacked ``.grad``s for the `active` members (bool ``[P]``; all when None)."""
-        members = self.lr.shape[0]
-        active_cpu = torch.ones(members, dtype=torch.bool) if active is None else active.to("cpu", torch.bool)
-        self.step_count += active_cpu.to(torch.float64)
-        step = self.step_count.clamp(min=1.0)
-        bias_correction1 = 1 - self.beta1 ** step
-        bias_correction2_sqrt = (1 - self.beta2 ** step).sqrt()
-        step_size = (self.lr / bias_correction1).to(self.device, torch.float32)
-        correction = bias_correction2_sqrt.to(self.device, torch.float32)
-        mask = active_cpu.to(self.device)
-        all_active = bool(active_cpu.all())
-        with torch.no_grad():
-            for (param, _), exp_avg, exp_avg_sq in zip(self.pairs, self.exp_avg, self.exp_avg_sq, strict=True):
-                grad = param.grad
-                if grad is None:
-                    continue
-                shape = (members, *([1] * (param.dim() - 1)))
-                if all_active:
-                    exp_avg.lerp_(grad, 1 - self.beta1)
-                    exp_avg_sq.mul_(self.beta2).addcmul_(grad, grad, value=1 - self.beta2)
-                else:
-                    keep = mask.reshape(shape)
-                    exp_avg.copy_(torch.where(keep, exp_avg.lerp(grad, 1 - self.beta1), exp_avg))
-                    exp_avg_sq.copy_(torch.where(keep, exp_avg_sq * self.beta2 + (1 - self.beta2) * grad * grad,
-                                                 exp_avg_sq))
-                denom = (exp_avg_sq.sqrt() / correction.reshape(shape)).add_(self.eps)
-                update = exp_avg / denom * step_size.reshape(shape)
-                if not all_active:
-                    update = update * keep
-                param.sub_(update)
+    @property
+    def parameters(self) -> torch.Tensor:
+        """All stacked parameters as one flat tensor (the module reads views of it)."""
+        return self.flat.data
+
+    @property
+    def grad(self) -> torch.Tensor:
+        """Their gradients, flat."""
+        assert self.flat.grad is not None
+        return self.flat.grad
 
     def zero_grad(self) -> None:
-        """Drop the stacked gradients."""
-        for param, _ in self.pairs:
-            param.grad = None
+        """Zero the stacked gradients (in place)."""
+        self.flat.zero_grad()
+
+    def step(self, active: torch.Tensor | None = None) -> None:
+        """One Adam update from the stacked gradients for the `active` members (bool ``[P]``; all when None).
+
+        Idle members' parameters and moments are left exactly as they were."""
+        grad, param = self.grad, self.flat.data
+        if active is not None and bool(active.all()):
+            active = None
+        active_cpu = None if active is None else active.to("cpu", torch.bool)
+        self.step_count += 1.0 if active_cpu is None else active_cpu.to(torch.float64)
+        step = self.step_count.clamp(min=1.0)
+        step_size = (self.lr / (1 - self.beta1 ** step)).to(param).unsqueeze(1)
+        correction = (1 - self.beta2 ** step).sqrt().to(param).unsqueeze(1)
+        with torch.no_grad():
+            if active_cpu is None:
+                self.exp_avg.lerp_(grad, 1 - self.beta1)
+                self.exp_avg_sq.mul_(self.beta2).addcmul_(grad, grad, value=1 - self.beta2)
+                denom = (self.exp_avg_sq.sqrt() / correction).add_(self.eps)
+                param.sub_(self.exp_avg / denom * step_size)
+                return
+            keep = active_cpu.to(param.device).unsqueeze(1)
+            self.exp_avg.copy_(torch.where(keep, self.exp_avg.lerp(grad, 1 - self.beta1), self.exp_avg))
+            self.exp_avg_sq.copy_(torch.where(keep, self.exp_avg_sq * self.beta2 + (1 - self.beta2) * grad * grad,
+                                              self.exp_avg_sq))
+            denom = (self.exp_avg_sq.sqrt() / correction).add_(self.eps)
+            param.sub_(torch.where(keep, self.exp_avg / denom * step_size, 0.0))
 
     def copy_to_members(self) -> None:
         """Write moments and step counts back into each member's ``torch.optim.Adam`` state."""
-        for (_, targets), exp_avg, exp_avg_sq in zip(self.pairs, self.exp_avg, self.exp_avg_sq, strict=True):
-            for index, (optimizer, target) in enumerate(zip(self.optimizers, targets, strict=True)):
-                if self.step_count[index] == 0:
+        for index, (_, targets) in enumerate(self.pairs):
+            for member, (optimizer, target) in enumerate(zip(self.optimizers, targets, strict=True)):
+                if self.step_count[member] == 0:
                     continue
                 optimizer.state[target] = {
-                    "step": torch.tensor(float(self.step_count[index])),
-                    "exp_avg": exp_avg[index].detach().clone(),
-                    "exp_avg_sq": exp_avg_sq[index].detach().clone(),
+                    "step": torch.tensor(float(self.step_count[member])),
+                    "exp_avg": self.flat.slice(self.exp_avg, index)[member].detach().clone(),
+                    "exp_avg_sq": self.flat.slice(self.exp_avg_sq, index)[member].detach().clone(),
                 }
 
 
-def clip_stacked_grad_norm(parameters: Sequence[torch.Tensor], max_norm: float) -> torch.Tensor:
-    """Per-member ``clip_grad_norm_``: scale member ``p``'s gradients so their global norm is at
-    most `max_norm`; return the ``[P]`` norms before clipping."""
-    grads = [p.grad for p in parameters if p.grad is not None]
-    if not grads:
-        return torch.zeros(0)
-    members = grads[0].shape[0]
-    norms = torch.stack([g.reshape(members, -1).norm(dim=1) for g in grads], dim=1).norm(dim=1)
-    scale = (max_norm / (norms + 1e-6)).clamp(max=1.0)
-    for grad in grads:
-        grad.mul_(scale.reshape(members, *([1] * (grad.dim() - 1))))
+def clip_flat_grad_norm(flat: FlatParameters, max_norm: float) -> torch.Tensor:
+    """Per-member ``clip_grad_norm_`` on the flat gradients (in place); return the ``[P]`` norms
+    before clipping."""
+    assert flat.grad is not None
+    norms = torch.linalg.vector_norm(flat.grad, dim=1)
+    flat.grad.mul_((max_norm / (norms + 1e-6)).clamp(max=1.0).unsqueeze(1))
     return norms

@@ -17,7 +17,9 @@ def as_vector_env(env: gym.Env | VectorEnv) -> VectorEnv:
     if isinstance(env, VectorEnv):
         return env
     if isinstance(env, gym.Env):
-        return SyncVectorEnv([lambda: env])
+        wrapper = SyncVectorEnv([lambda: env])
+        wrapper.agile_shared_instance = True  # type: ignore[attr-defined]  # its factory returns `env` itself
+        return wrapper
     raise TypeError(f"expected a gymnasium Env or VectorEnv, got {type(env).__name__}")
 
 
@@ -48,3 +50,26 @@ def swap_image_channels(obs: Any) -> Any:
         return tuple(swap_image_channels(value) for value in obs)
     array = np.asarray(obs)
     return np.moveaxis(array, -1, -3) if array.ndim >= 4 else array
+
+
+def population_vector_env(env: VectorEnv, agents: int) -> VectorEnv | None:
+    """A vector env like `env` with ``agents`` times its sub-envs (one slice per agent), or None
+    when `env` cannot be rebuilt (then the loops step agents one by one in `env`).
+
+    Rebuilt: Gymnasium's native vector envs (``vector_entry_point``) and ``SyncVectorEnv``s whose
+    factories make a fresh env per call. Subprocess envs and wrapped vector envs are not.
+    """
+    if agents == 1:
+        return env
+    if getattr(env, "agile_shared_instance", False):
+        return None
+    count = env.num_envs * agents
+    if type(env) is SyncVectorEnv:
+        return SyncVectorEnv(list(env.env_fns) * agents, copy=env.copy, observation_mode=env.observation_mode,
+                             autoreset_mode=AutoresetMode.NEXT_STEP)
+    spec = env.spec
+    if (env.unwrapped is env and spec is not None and spec.vector_entry_point is not None
+            and spec.kwargs.get("vectorization_mode") == "vector_entry_point"):
+        kwargs = {k: v for k, v in spec.kwargs.items() if k not in ("num_envs", "vectorization_mode")}
+        return gym.make_vec(spec.id, num_envs=count, vectorization_mode="vector_entry_point", **kwargs)
+    return None

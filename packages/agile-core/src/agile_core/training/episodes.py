@@ -26,6 +26,7 @@ class EpisodeTracker:
         self.autoreset = np.zeros(self.num_envs, dtype=bool)
         self.finished_returns: list[float] = []
         self.finished_lengths: list[int] = []
+        self.finished_envs: list[int] = []
 
     def reset(self) -> None:
         """Forget the running episodes (call after ``env.reset()``); finished ones are kept."""
@@ -44,6 +45,7 @@ class EpisodeTracker:
         if ended.any():
             self.finished_returns.extend(self.returns[ended].tolist())
             self.finished_lengths.extend(self.lengths[ended].tolist())
+            self.finished_envs.extend(np.flatnonzero(ended).tolist())
             self.returns[ended] = 0.0
             self.lengths[ended] = 0
         self.autoreset = ended
@@ -52,5 +54,17 @@ class EpisodeTracker:
     def pop_finished(self) -> tuple[list[float], list[int]]:
         """Returns and lengths of the episodes finished since the last call (then cleared)."""
         returns, lengths = self.finished_returns, self.finished_lengths
-        self.finished_returns, self.finished_lengths = [], []
+        self.finished_returns, self.finished_lengths, self.finished_envs = [], [], []
         return returns, lengths
+
+    def pop_finished_by_agent(self, agents: int) -> list[tuple[list[float], list[int]]]:
+        """Like :meth:`pop_finished`, split by agent when ``agents`` agents own consecutive,
+        equal slices of the sub-envs (the population-batched loops)."""
+        per_agent = self.num_envs // agents
+        split: list[tuple[list[float], list[int]]] = [([], []) for _ in range(agents)]
+        for ret, length, env in zip(self.finished_returns, self.finished_lengths, self.finished_envs, strict=True):
+            returns, lengths = split[env // per_agent]
+            returns.append(ret)
+            lengths.append(length)
+        self.pop_finished()
+        return split

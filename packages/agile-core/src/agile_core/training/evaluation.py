@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -33,15 +33,29 @@ def evaluate_policy(
     `seed` seeds the first reset only. The env is left in the middle of episodes: callers that
     keep training in it must reset it.
     """
+    returns = episode_returns(env, act, loop=loop, max_steps=max_steps, swap_channels=swap_channels, seed=seed)
+    return float(np.mean(returns))
+
+
+def episode_returns(
+    env: gym.Env | VectorEnv,
+    act: ActFn,
+    *,
+    loop: int = 1,
+    max_steps: int | None = None,
+    swap_channels: bool = False,
+    seed: int | None = None,
+) -> np.ndarray:
+    """The returns ``[loop, num_envs]`` behind :func:`evaluate_policy` (one episode per sub-env and round)."""
     if loop < 1:
         raise ValueError(f"loop must be >= 1, got {loop}")
     if max_steps is not None and max_steps < 1:
         raise ValueError(f"max_steps must be >= 1 or None, got {max_steps}")
     vec = as_vector_env(env)
-    returns: list[float] = []
+    returns = np.zeros((loop, vec.num_envs), dtype=np.float64)
     for round_index in range(loop):
         obs, info = vec.reset(seed=seed if round_index == 0 else None)
-        episode_return = np.zeros(vec.num_envs, dtype=np.float64)
+        episode_return = returns[round_index]
         finished = np.zeros(vec.num_envs, dtype=bool)
         steps = 0
         while not finished.all():
@@ -52,5 +66,28 @@ def evaluate_policy(
             finished |= np.asarray(terminated, dtype=bool) | np.asarray(truncated, dtype=bool)
             if max_steps is not None and steps >= max_steps:
                 finished[:] = True
-        returns.extend(episode_return.tolist())
-    return float(np.mean(returns))
+    return returns
+
+
+def evaluate_population_batched(
+    population: Sequence[Any],
+    env: gym.Env | VectorEnv,
+    act: ActFn,
+    *,
+    loop: int = 1,
+    max_steps: int | None = None,
+    swap_channels: bool = False,
+) -> list[float]:
+    """Evaluate a whole population in one vector env whose sub-envs are split into equal,
+    consecutive slices, one per agent; `act` answers for all of them at once.
+
+    Each agent's fitness is the mean over its slice (the same number of episodes as
+    :func:`evaluate_policy` gives one agent in a slice-sized env) and is appended to its
+    ``fitness`` like ``agent.test`` does.
+    """
+    returns = episode_returns(env, act, loop=loop, max_steps=max_steps, swap_channels=swap_channels)
+    per_agent = returns.reshape(loop, len(population), -1)
+    fitnesses = [float(per_agent[:, index].mean()) for index in range(len(population))]
+    for agent, fitness in zip(population, fitnesses, strict=True):
+        agent.fitness.append(fitness)
+    return fitnesses

@@ -27,6 +27,7 @@ from agile_core.training.evolution import (
     target_reached,
 )
 from agile_core.training.interrupt import InterruptGuard, TrainingInterrupted
+from agile_core.training.profiling import PROFILER
 from agile_core.training.reporting import TrainingReporter
 
 
@@ -43,6 +44,13 @@ class PhaseResult:
 PhaseFn = Callable[[int, Any, int, Callable[[], bool]], PhaseResult]
 """(slot, agent, vector_steps, should_stop) -> PhaseResult. The phase must stop early (between
 vector steps) once `should_stop()` is true, and report the vector steps it actually took."""
+
+PopulationPhaseFn = Callable[[list[Any], int, Callable[[], bool]], list[PhaseResult]]
+"""(population, vector_steps, should_stop) -> one PhaseResult per agent: the whole population
+trains at once (population-batched loops), every agent taking the same vector steps."""
+
+PopulationEvalFn = Callable[[list[Any]], list[float]]
+"""(population) -> fitnesses, appended to each agent's ``fitness`` (population-batched evaluation)."""
 
 
 @dataclass
@@ -87,6 +95,9 @@ class GenerationLoop:
     buffers: Callable[[], Mapping[str, Any]] | None = None
     on_evolved: Callable[[EvolutionResult], None] | None = None
     env_seed: int | None = None
+    population_phase: PopulationPhaseFn | None = None
+    population_evaluate: PopulationEvalFn | None = None
+    envs_per_agent: int | None = None
     state: LoopState = field(default_factory=LoopState)
     fitnesses: list[float] = field(default_factory=list)
 
@@ -125,7 +136,14 @@ class GenerationLoop:
     @property
     def num_envs(self) -> int:
         """Sub-environments each agent steps at once."""
-        return int(self.env.num_envs)
+        return int(self.envs_per_agent if self.envs_per_agent is not None else self.env.num_envs)
+
+    def batch_population(self, phase: PopulationPhaseFn, evaluate: PopulationEvalFn, env: Any,
+                         envs_per_agent: int) -> None:
+        """Train and evaluate the whole population at once in `env`, whose sub-envs are split into
+        consecutive slices of `envs_per_agent`, one per agent (instead of agent by agent)."""
+        self.population_phase, self.population_evaluate = phase, evaluate
+        self.env, self.envs_per_agent = env, int(envs_per_agent)
 
     def restore(self, checkpoint: str | Path, device: str = "cpu") -> dict[str, Any]:
         """Continue from a run checkpoint: agents, counters, selection and mutation RNG, global RNG.
@@ -151,24 +169,29 @@ class GenerationLoop:
                 if len(self.state.slot_progress) != len(self.population):
                     self.state.slot_progress = [0] * len(self.population)
                 results = self._train_phases(vector_steps, guard)
-                self._report_training(results)
-                self._seed_env(len(self.population))
-                self.fitnesses = evaluate_population(self.population, self.env, swap_channels=self.swap_channels,
-                                                     max_steps=self.eval_steps, loop=self.eval_loop)
+                with PROFILER.log:
+                    self._report_training(results)
+                with PROFILER.evaluate:
+                    self._seed_env(len(self.population))
+                    self.fitnesses = self._evaluate()
                 self.state.agent_steps += vector_steps * self.num_envs
                 self.state.generation += 1
                 self.state.slot_progress = [0] * len(self.population)
                 done = self.state.agent_steps >= self.max_steps or target_reached(self.fitnesses, self.target)
-                evolution = None if done else evolve_population(self.population, self.selection, self.mutation)
-                self.reporter.log_generation(self.global_steps, self.state.generation, self.population,
-                                             self.fitnesses, evolution)
-                self._save_elite()
+                with PROFILER.evolve:
+                    evolution = None if done else evolve_population(self.population, self.selection, self.mutation)
+                with PROFILER.log:
+                    self.reporter.log_generation(self.global_steps, self.state.generation, self.population,
+                                                 self.fitnesses, evolution)
+                with PROFILER.checkpoint:
+                    self._save_elite()
                 if evolution is not None:
                     self.population = evolution.population
                     if self.on_evolved is not None:
                         self.on_evolved(evolution)
                 if self.checkpointer is not None and (done or self.checkpointer.due(self.state.agent_steps)):
-                    self.save(self.checkpointer)
+                    with PROFILER.checkpoint:
+                        self.save(self.checkpointer)
                 if done:
                     break
         return self.population, self.fitnesses
@@ -179,7 +202,15 @@ class GenerationLoop:
         done = self.state.agent_steps * len(self.population)
         return done + sum(self.state.slot_progress) * self.num_envs
 
+    def _evaluate(self) -> list[float]:
+        if self.population_evaluate is not None:
+            return self.population_evaluate(self.population)
+        return evaluate_population(self.population, self.env, swap_channels=self.swap_channels,
+                                   max_steps=self.eval_steps, loop=self.eval_loop)
+
     def _train_phases(self, vector_steps: int, guard: InterruptGuard) -> list[PhaseResult]:
+        if self.population_phase is not None:
+            return self._train_population(vector_steps, guard)
         results = []
         for slot, agent in enumerate(self.population):
             remaining = vector_steps - self.state.slot_progress[slot]
@@ -191,6 +222,20 @@ class GenerationLoop:
             self.reporter.advance(self.global_steps)
             if guard.requested:
                 self._interrupt()
+        return results
+
+    def _train_population(self, vector_steps: int, guard: InterruptGuard) -> list[PhaseResult]:
+        assert self.population_phase is not None
+        remaining = vector_steps - min(self.state.slot_progress)
+        results: list[PhaseResult] = []
+        if remaining > 0:
+            self._seed_env(0)
+            results = self.population_phase(self.population, remaining, lambda: guard.requested)
+            for slot, result in enumerate(results):
+                self.state.slot_progress[slot] += result.vector_steps
+        self.reporter.advance(self.global_steps)
+        if guard.requested:
+            self._interrupt()
         return results
 
     def _seed_env(self, position: int) -> None:

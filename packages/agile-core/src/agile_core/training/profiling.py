@@ -1,0 +1,113 @@
+"""Where the wall time of a training run goes: a section timer the loops report into.
+
+The loops time their parts with ``with PROFILER.env: ...`` (env stepping), ``PROFILER.act``
+(choosing actions), ``PROFILER.sample`` (drawing batches), ``PROFILER.learn`` (gradient steps),
+``PROFILER.evaluate``, ``PROFILER.evolve`` (selection and mutation), ``PROFILER.checkpoint`` and
+``PROFILER.log``. Everything else inside :meth:`Profiler.run` is *other* (the framework's own
+bookkeeping). Disabled (the default), a section costs one attribute check. ``agile train
+--profile`` enables it and prints :meth:`Profiler.table`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+__all__ = ["PROFILER", "SECTIONS", "Profiler"]
+
+SECTIONS: tuple[str, ...] = ("env", "act", "sample", "learn", "evaluate", "evolve", "checkpoint", "log")
+"""Timed sections, in report order (``other`` is the rest of the run's wall time)."""
+
+SECTION_HELP = {
+    "env": "environment stepping and resets",
+    "act": "choosing actions (network forward, exploration)",
+    "sample": "drawing batches from buffers",
+    "learn": "gradient steps (forward, backward, optimizer)",
+    "evaluate": "greedy evaluation episodes",
+    "evolve": "selection and mutation",
+    "checkpoint": "checkpoints and elite saving",
+    "log": "metrics, progress bar, tables",
+    "other": "everything else (loop bookkeeping, buffers writes, Python glue)",
+}
+
+
+class _Section:
+    """A reusable timer: nested use of the same section counts the outer one only."""
+
+    __slots__ = ("depth", "name", "owner", "start", "total")
+
+    def __init__(self, owner: Profiler, name: str) -> None:
+        self.owner, self.name = owner, name
+        self.total, self.start, self.depth = 0.0, 0.0, 0
+
+    def __enter__(self) -> None:
+        if self.owner.enabled:
+            if self.depth == 0:
+                self.start = time.perf_counter()
+            self.depth += 1
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.owner.enabled and self.depth:
+            self.depth -= 1
+            if self.depth == 0:
+                self.total += time.perf_counter() - self.start
+
+
+class Profiler:
+    """Section timers plus the wall time of the profiled run."""
+
+    env: _Section
+    act: _Section
+    sample: _Section
+    learn: _Section
+    evaluate: _Section
+    evolve: _Section
+    checkpoint: _Section
+    log: _Section
+
+    def __init__(self) -> None:
+        self.enabled = False
+        self.wall = 0.0
+        for name in SECTIONS:
+            setattr(self, name, _Section(self, name))
+
+    def reset(self) -> None:
+        """Zero every timer."""
+        self.wall = 0.0
+        for name in SECTIONS:
+            section: _Section = getattr(self, name)
+            section.total, section.depth = 0.0, 0
+
+    @contextmanager
+    def run(self) -> Iterator[Profiler]:
+        """Enable, time the enclosed run as the total, then disable."""
+        self.reset()
+        self.enabled = True
+        start = time.perf_counter()
+        try:
+            yield self
+        finally:
+            self.wall = time.perf_counter() - start
+            self.enabled = False
+
+    def summary(self) -> dict[str, dict[str, float]]:
+        """``{section: {"seconds": s, "share": fraction of wall}}`` including ``other`` and ``total``."""
+        totals = {name: getattr(self, name).total for name in SECTIONS}
+        totals["other"] = max(0.0, self.wall - sum(totals.values()))
+        wall = self.wall or 1.0
+        result = {name: {"seconds": round(value, 4), "share": round(value / wall, 4)} for name, value in totals.items()}
+        result["total"] = {"seconds": round(self.wall, 4), "share": 1.0}
+        return result
+
+    def table(self) -> str:
+        """The summary as an aligned text table."""
+        lines = [f"{'section':<11}{'seconds':>10}{'share':>8}  what"]
+        for name, row in self.summary().items():
+            lines.append(f"{name:<11}{row['seconds']:>10.2f}{row['share'] * 100:>7.1f}%  {SECTION_HELP.get(name, '')}")
+        return "\n".join(lines)
+
+
+PROFILER = Profiler()
+"""The process-wide profiler every loop reports into."""

@@ -1,0 +1,144 @@
+"""The population-batched off-policy phase: every agent collects and learns at the same time.
+
+The population steps one vector env with ``agents x num_envs`` sub-envs (agent ``p`` owns the
+consecutive slice ``[p * num_envs, (p + 1) * num_envs)``). Agents with the same architecture form
+a :class:`~agile_offpolicy.dqn_population.DQNGroup` that acts and learns as one stacked
+computation; each agent keeps its own epsilon schedule position, learn step, batch size and
+hyperparameters. Transitions of all agents go to the shared replay memory in one call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from gymnasium.vector import VectorEnv
+
+from agile_core.networks.stacked import NotStackableError, architecture_key
+from agile_core.training import EpisodeTracker, EpsilonSchedule, swap_image_channels
+from agile_core.training.evaluation import evaluate_population_batched
+from agile_core.training.generations import PhaseResult
+from agile_core.training.profiling import PROFILER
+from agile_offpolicy.buffers import ReplayBuffer
+from agile_offpolicy.dqn import DQN
+from agile_offpolicy.dqn_population import DQNGroup
+
+__all__ = ["can_batch", "collect_and_learn_population", "evaluate_batched", "make_groups"]
+
+
+def can_batch(population: Sequence[Any], memory: Any) -> bool:
+    """Whether the batched phase supports these agents (plain DQN) and this memory (uniform replay)."""
+    if type(memory) is not ReplayBuffer:
+        return False
+    try:
+        for agent in population:
+            if type(agent) is not DQN:
+                return False
+            DQNGroup([agent])
+    except NotStackableError:
+        return False
+    return True
+
+
+def make_groups(population: Sequence[DQN]) -> list[tuple[list[int], DQNGroup]]:
+    """Agents grouped by architecture (slot order kept within a group), each group stacked."""
+    by_key: dict[str, list[int]] = {}
+    for slot, agent in enumerate(population):
+        by_key.setdefault(architecture_key(agent.actor), []).append(slot)
+    return [(slots, DQNGroup([population[slot] for slot in slots])) for slots in by_key.values()]
+
+
+def _act(groups: list[tuple[list[int], DQNGroup]], obs: np.ndarray, epsilons: Sequence[float], num_envs: int,
+         masks: Any, agents: int) -> np.ndarray:
+    """Actions ``[agents * num_envs]`` for the population's observations."""
+    if len(groups) == 1 and len(groups[0][0]) == agents:
+        return groups[0][1].act(obs, epsilons, masks)
+    actions = np.empty(agents * num_envs, dtype=np.int64)
+    per_agent_obs = obs.reshape(agents, num_envs, *obs.shape[1:])
+    per_agent_masks = None if masks is None else np.asarray(masks).reshape(agents, num_envs, -1)
+    for slots, group in groups:
+        group_obs = per_agent_obs[slots].reshape(-1, *obs.shape[1:])
+        group_masks = None if per_agent_masks is None else per_agent_masks[slots].reshape(-1, per_agent_masks.shape[-1])
+        chosen = group.act(group_obs, [epsilons[slot] for slot in slots], group_masks).reshape(len(slots), num_envs)
+        actions.reshape(agents, num_envs)[slots] = chosen
+    return actions
+
+
+def collect_and_learn_population(population: list[DQN], env: VectorEnv, memory: ReplayBuffer, vector_steps: int,
+                                 schedule: EpsilonSchedule, learning_delay: int, learn_credit: list[int],
+                                 swap_channels: bool, should_stop: Callable[[], bool]) -> list[PhaseResult]:
+    """Run the whole population for up to `vector_steps` vector steps from a fresh reset of `env`
+    (the population env); the batched counterpart of the one-agent phase in ``training.py``,
+    with the same learn-credit and warm-up rules per agent."""
+    agents = len(population)
+    num_envs = env.num_envs // agents
+    results = [PhaseResult(vector_steps=0) for _ in population]
+    tracker = EpisodeTracker(env.num_envs)
+    groups = make_groups(population)
+    with PROFILER.env:
+        obs, info = env.reset()
+    if swap_channels:
+        obs = swap_image_channels(obs)
+    steps = 0
+    try:
+        while steps < vector_steps and not should_stop():
+            epsilons = [schedule.value(agent.steps / num_envs) for agent in population]
+            with PROFILER.act:
+                action = _act(groups, np.asarray(obs), epsilons, num_envs, info.get("action_mask"), agents)
+            with PROFILER.env:
+                next_obs, reward, terminated, truncated, info = env.step(action)
+            if swap_channels:
+                next_obs = swap_image_channels(next_obs)
+            valid = tracker.step(reward, terminated, truncated)
+            memory.add(obs, action, reward, next_obs, terminated, truncated=truncated, mask=valid)
+            obs = next_obs
+            steps += 1
+            _learn(population, groups, memory, learning_delay, learn_credit, num_envs, results)
+    finally:
+        for _, group in groups:
+            group.copy_to_members()
+    for agent, result, (returns, lengths) in zip(population, results, tracker.pop_finished_by_agent(agents),
+                                                 strict=True):
+        result.vector_steps = steps
+        result.episodic_returns, result.episode_lengths = returns, lengths
+        if returns:
+            agent.scores.append(float(np.mean(returns)))
+    return results
+
+
+def _learn(population: list[DQN], groups: list[tuple[list[int], DQNGroup]], memory: ReplayBuffer,
+           learning_delay: int, learn_credit: list[int], num_envs: int, results: list[PhaseResult]) -> None:
+    """Account one vector step per agent and run the learning steps it pays for, group by group."""
+    updates = []
+    for slot, agent in enumerate(population):
+        agent.steps += num_envs
+        count, learn_credit[slot] = divmod(learn_credit[slot] + num_envs, agent.learn_step)
+        ready = len(memory) >= max(agent.batch_size, learning_delay)
+        updates.append(count if ready else 0)
+    for round_index in range(max(updates)):
+        for slots, group in groups:
+            active = [updates[slot] > round_index for slot in slots]
+            if not any(active):
+                continue
+            with PROFILER.sample:
+                batch = group.sample(memory, active)
+            with PROFILER.learn:
+                losses = group.learn(batch, active)
+            for slot, loss in zip(slots, losses, strict=True):
+                if loss is not None:
+                    results[slot].losses.setdefault("loss", []).append(loss)
+
+
+def evaluate_batched(population: list[DQN], env: VectorEnv, *, loop: int, max_steps: int | None,
+                     swap_channels: bool) -> list[float]:
+    """Greedy fitness of every agent at once in the population env (appended to ``fitness``)."""
+    agents = len(population)
+    num_envs = env.num_envs // agents
+    groups = make_groups(population)
+
+    def act(obs: Any, info: dict[str, Any]) -> np.ndarray:
+        return _act(groups, np.asarray(obs), [0.0] * agents, num_envs, info.get("action_mask"), agents)
+
+    return evaluate_population_batched(population, env, act, loop=loop, max_steps=max_steps,
+                                       swap_channels=swap_channels)
