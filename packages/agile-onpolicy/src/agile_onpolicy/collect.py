@@ -162,7 +162,8 @@ def collect_rollouts(
     room left in the buffer. With ``state=None`` the env is reset (with `seed`) and a new
     :class:`CollectState` is made (`seed` and `swap_channels` only apply then); the state to
     pass to the next call is returned. An ``action_mask`` in the step info is passed to the
-    policy (but not stored: the buffer has no slot for it). After
+    policy and stored with the row (as :meth:`PPO.prepare_action_mask` makes it), so that
+    learning applies the same mask. After
     collecting, returns and advantages of the rows so far are computed with the agent's current
     ``gamma``/``gae_lambda``/``use_gae``, bootstrapping from ``V`` of the observation the next
     step will act on, so ``agent.learn(buffer)`` can follow directly. ``agent.steps`` and
@@ -189,13 +190,13 @@ def collect_rollouts(
 
     for _ in range(num_steps):
         hidden = None
+        action_mask = agent.prepare_action_mask(state.info.get("action_mask"))
         if agent.recurrent:
             assert state.hidden is not None
             hidden = agent.mask_hidden(state.hidden, state.episode_start)
-            action, log_prob, _, value, next_hidden = agent.get_action(
-                state.obs, state.info.get("action_mask"), hidden_state=hidden)
+            action, log_prob, _, value, next_hidden = agent.get_action(state.obs, action_mask, hidden_state=hidden)
         else:
-            action, log_prob, _, value = agent.get_action(state.obs, state.info.get("action_mask"))
+            action, log_prob, _, value = agent.get_action(state.obs, action_mask)
             next_hidden = None
         next_obs, reward, terminated, truncated, info = env.step(agent.to_env_action(action))
         if state.swap_channels:
@@ -210,7 +211,7 @@ def collect_rollouts(
             final_value = agent.get_value(next_obs, next_hidden)
         buffer.add(state.obs, action, reward, terminated, truncated, value, log_prob, valid,
                    hidden=hidden, episode_start=state.episode_start.copy() if agent.recurrent else None,
-                   final_value=final_value)
+                   final_value=final_value, action_mask=action_mask)
 
         # The row after an autoreset row begins a new episode.
         state.episode_start = ~valid

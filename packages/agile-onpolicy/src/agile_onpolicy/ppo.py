@@ -433,13 +433,13 @@ class PPO(SingleAgentAlgorithm):
         * ``hidden`` (recurrent agents only, always returned then): the new recurrent state.
 
         `action_mask` (``[N, n]`` or ``[N, sum(nvec)]``, truthy = allowed) restricts Discrete and
-        MultiDiscrete choices. `hidden_state` is the recurrent state fed to the policy (zeros
+        MultiDiscrete choices (see :meth:`prepare_action_mask`; ignored for other spaces). `hidden_state` is the recurrent state fed to the policy (zeros
         when None; the caller zeroes it at episode starts, see :meth:`mask_hidden`).
         `deterministic` takes the greedy action (mode / mean). An unbatched observation gets a
         batch dimension of 1.
         """
         obs_t = self.preprocess(obs)
-        mask = None if action_mask is None else torch.as_tensor(np.asarray(action_mask), device=self.device).bool()
+        mask = self.prepare_action_mask(action_mask)
         with torch.no_grad():
             latent, critic_latent, new_hidden = self._encode(obs_t, hidden_state)
             dist = self.actor.distribution_from_latent(latent, mask)
@@ -459,6 +459,28 @@ class PPO(SingleAgentAlgorithm):
             assert new_hidden is not None
             return (*outputs, new_hidden)
         return outputs
+
+    def prepare_action_mask(self, action_mask: Any) -> torch.Tensor | None:
+        """`action_mask` as the bool tensor the policy applies (on the agent's device), or None.
+
+        None when no mask is given or the action space takes none (Box, MultiBinary). A row (or,
+        for MultiDiscrete, a component) that allows no action at all allows every action: that
+        is what a vector env reports for a sub-env whose step info carried no mask. Collection
+        stores this same tensor in the rollout buffer, so learning re-scores every action under
+        the distribution it was sampled from.
+        """
+        if action_mask is None or not isinstance(self.action_space, spaces.Discrete | spaces.MultiDiscrete):
+            return None
+        if isinstance(action_mask, torch.Tensor):
+            mask = action_mask.to(device=self.device, dtype=torch.bool)
+        else:
+            mask = torch.as_tensor(np.asarray(action_mask), device=self.device).bool()
+        sizes = [int(self.action_space.n)] if isinstance(self.action_space, spaces.Discrete) \
+            else [int(n) for n in self.action_space.nvec]
+        if mask.shape[-1] != sum(sizes):
+            raise ValueError(f"action_mask has {mask.shape[-1]} entries per row, the action space needs {sum(sizes)}")
+        parts = [part | ~part.any(dim=-1, keepdim=True) for part in torch.split(mask, sizes, dim=-1)]
+        return torch.cat(parts, dim=-1)
 
     def get_value(self, obs: Any, hidden_state: HiddenStates | None = None) -> np.ndarray:
         """``V(obs)`` float32 ``[N]`` (recurrent: given the state fed at that step)."""
@@ -509,8 +531,8 @@ class PPO(SingleAgentAlgorithm):
         ``explained_variance`` of the rollout's values, ``epochs`` (passes started),
         ``minibatches`` (gradient steps taken) and ``early_stop`` (1.0 when ``target_kl`` cut it).
 
-        The rollout buffer does not store action masks, so stored actions are re-scored under the
-        unmasked policy; with masked environments the ratio is then biased.
+        Actions collected under an action mask are re-scored under the same mask (stored in the
+        buffer), so masked actions keep zero probability and the ratio compares like with like.
         """
         totals = dict.fromkeys(LOSS_NAMES, 0.0)
         steps, epochs, stopped = 0, 0, False
@@ -596,9 +618,10 @@ class PPO(SingleAgentAlgorithm):
         return {name: float(value.detach()) for name, value in losses.items()}
 
     def evaluate_batch(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """Current ``log pi(a|s)``, entropy and ``V(s)`` of a minibatch's stored actions, and its
-        loss mask (None for flat batches; ``loss_mask`` ``[L, B]`` for recurrent ones, which are
-        replayed from their stored initial state, see :meth:`_unroll`)."""
+        """Current ``log pi(a|s)``, entropy and ``V(s)`` of a minibatch's stored actions (under
+        their stored action masks, if any), and its loss mask (None for flat batches;
+        ``loss_mask`` ``[L, B]`` for recurrent ones, which are replayed from their stored
+        initial state, see :meth:`_unroll`)."""
         obs = self.preprocess(batch.obs)
         if isinstance(batch, RecurrentBatch):
             latent, critic_latent = self._unroll(obs, batch.initial_hidden, batch.episode_starts)
@@ -606,7 +629,7 @@ class PPO(SingleAgentAlgorithm):
         else:
             latent, critic_latent, _ = self._encode(obs, None)
             mask = None
-        dist = self.actor.distribution_from_latent(latent)
+        dist = self.actor.distribution_from_latent(latent, batch.action_masks)
         actions = self._flat_action(batch.actions, latent.shape[:-1])
         value = self._value_head()(critic_latent).squeeze(-1)
         return dist.log_prob(actions), dist.entropy(), value, mask

@@ -17,7 +17,8 @@ class RolloutBatch:
 
     ``obs`` and ``actions`` are tensor trees whose leaves have leading dimension ``B``;
     the other fields are ``[B]``. ``indices`` holds the flat row index
-    ``step * num_envs + env`` of every row.
+    ``step * num_envs + env`` of every row. ``action_masks`` (``[B, n]`` bool, True =
+    allowed) is the action mask the policy acted under, None when the rollout stored none.
     """
 
     obs: TensorTree
@@ -27,6 +28,7 @@ class RolloutBatch:
     advantages: torch.Tensor
     returns: torch.Tensor
     indices: torch.Tensor
+    action_masks: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,9 @@ class RecurrentBatch:
       from ``valid_mask`` only on the burn-in half of overlapping sequences); use it to
       weight the loss so each valid row counts exactly once per epoch;
     * ``time_indices``: ``[L, B]`` rollout step of each entry (-1 on padding);
-    * ``env_indices``: ``[B]`` environment of each sequence.
+    * ``env_indices``: ``[B]`` environment of each sequence;
+    * ``action_masks``: ``[L, B, n]`` bool action masks the policy acted under (all
+      False on padding), None when the rollout stored none.
     """
 
     obs: TensorTree
@@ -63,3 +67,4 @@ class RecurrentBatch:
     loss_mask: torch.Tensor
     time_indices: torch.Tensor
     env_indices: torch.Tensor
+    action_masks: torch.Tensor | None = None

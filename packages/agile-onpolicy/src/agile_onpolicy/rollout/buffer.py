@@ -104,8 +104,12 @@ class RolloutBuffer:
     Storage attributes (all ``[num_steps, num_envs, ...]`` on ``device``):
     ``observations``, ``actions`` (tensor trees), ``rewards``, ``values``,
     ``log_probs``, ``truncation_values``, ``advantages``, ``returns`` (float32),
-    ``terminations``, ``truncations``, ``valid``, ``episode_starts`` (bool) and
-    ``hidden_states`` (tensor tree ``[num_steps, num_envs, *rest]``, recurrent only).
+    ``terminations``, ``truncations``, ``valid``, ``episode_starts`` (bool),
+    ``hidden_states`` (tensor tree ``[num_steps, num_envs, *rest]``, recurrent only) and
+    ``action_masks`` (bool ``[num_steps, num_envs, n]``, True = allowed; Discrete and
+    MultiDiscrete actions only, with ``n`` the number of actions or ``sum(nvec)``).
+    ``action_masks`` is None until a row is added with a mask; from then on rows added
+    without one allow every action.
     """
 
     def __init__(
@@ -156,6 +160,8 @@ class RolloutBuffer:
             if hidden_state_shapes is not None
             else None
         )
+        self.action_masks: torch.Tensor | None = None
+        self._mask_size = _action_mask_size(action_space)
         self._next_episode_start = torch.ones(num_envs, dtype=torch.bool, device=self.device)
         self._pos = 0
         self._computed = False
@@ -222,6 +228,7 @@ class RolloutBuffer:
         hidden: Any = None,
         episode_start: Any = None,
         final_value: Any = None,
+        action_mask: Any = None,
     ) -> int:
         """Write one vector step in place at row :attr:`size` and return that row index.
 
@@ -242,7 +249,10 @@ class RolloutBuffer:
           is derived: a valid row begins an episode if the previous row of that env
           was an autoreset row or ended an episode (or it is the very first row);
         * ``final_value``: ``[num_envs]`` values of the true final observation; used
-          only where ``truncated`` and not ``terminated`` (other entries ignored).
+          only where ``truncated`` and not ``terminated`` (other entries ignored);
+        * ``action_mask`` (Discrete/MultiDiscrete only): ``[num_envs, n]`` truthy =
+          allowed, the mask the policy sampled ``action`` under; minibatches carry it so
+          that learning re-scores actions under the same masked distribution.
         """
         if self.full:
             raise RuntimeError("rollout buffer is full; call reset() first")
@@ -269,11 +279,26 @@ class RolloutBuffer:
         self._next_episode_start = ~valid_t | term_t | trunc_t
         self.truncation_values[row] = 0.0
         self._has_truncation_value[row] = False
+        if action_mask is not None:
+            self._write_action_mask(row, action_mask)
+        elif self.action_masks is not None:
+            self.action_masks[row] = True
         self._pos += 1
         self._computed = False
         if final_value is not None:
             self.set_truncation_values(row, trunc_t & ~term_t, final_value)
         return row
+
+    def _write_action_mask(self, row: int, action_mask: Any) -> None:
+        """Store `action_mask` at `row`, allocating the mask storage (all allowed) on first use."""
+        if self._mask_size is None:
+            raise ValueError(f"action masks apply to Discrete and MultiDiscrete action spaces, not {self.action_space}")
+        if self.action_masks is None:
+            self.action_masks = torch.ones(
+                self.num_steps, self.num_envs, self._mask_size, dtype=torch.bool, device=self.device
+            )
+        slot = self.action_masks[row]
+        slot.copy_(as_tensor(action_mask, slot, "action_mask"))  # nonzero entries become True
 
     def set_truncation_values(self, step: int, env_mask: Any, values: Any) -> None:
         """Give the bootstrap value ``V(true final obs)`` for truncations at row ``step``.
@@ -443,6 +468,7 @@ class RolloutBuffer:
         obs = map_tree(flat, self.observations)
         actions = map_tree(flat, self.actions)
         log_probs, values, returns = flat(self.log_probs), flat(self.values), flat(self.returns)
+        masks = None if self.action_masks is None else flat(self.action_masks)
         for begin in range(0, stop, batch_size):
             idx = torch.as_tensor(order[begin : begin + batch_size], device=self.device)
             yield RolloutBatch(
@@ -453,6 +479,7 @@ class RolloutBuffer:
                 advantages=adv[idx],
                 returns=returns[idx],
                 indices=idx,
+                action_masks=None if masks is None else masks[idx],
             )
 
     def recurrent_minibatches(
@@ -533,4 +560,14 @@ class RolloutBuffer:
             loss_mask=valid_mask & torch.as_tensor(owned, device=dev),
             time_indices=torch.where(mask, ti, torch.full_like(ti, -1)),
             env_indices=env_t,
+            action_masks=None if self.action_masks is None else pick(self.action_masks),
         )
+
+
+def _action_mask_size(space: spaces.Space[Any]) -> int | None:
+    """Entries of an action mask for `space` (None when the space takes no masks)."""
+    if isinstance(space, spaces.Discrete):
+        return int(space.n)
+    if isinstance(space, spaces.MultiDiscrete) and space.nvec.ndim == 1:
+        return int(space.nvec.sum())
+    return None
