@@ -62,11 +62,12 @@ class RainbowDQNSpec(_OffPolicySpec):
     noise_std: Annotated[float, Field(ge=0.0)] = 0.5
     """Initial standard deviation of the noisy layers."""
     n_step: PositiveInt = 3
-    """Steps of the n-step return."""
+    """Steps of the n-step return (sizes the n-step buffer unless `replay_buffer` sets `n_step`);
+    n-step and prioritized replay are switched on in the `replay_buffer` section."""
     combined_reward: bool = False
     """Add the 1-step and n-step losses instead of using the n-step loss alone."""
 
-    algorithm_class: ClassVar[str] = "agile_offpolicy.rainbow_dqn:RainbowDQN"
+    algorithm_class: ClassVar[str] = "agile_offpolicy.rainbow:RainbowDQN"
 
 
 class DDPGSpec(_OffPolicySpec):

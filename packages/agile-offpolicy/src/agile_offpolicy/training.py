@@ -3,8 +3,9 @@
 One generation:
 
 1. every agent, in turn, resets the env and collects ``evo_steps`` environment steps with
-   epsilon-greedy actions into the population's shared replay memory, learning from it every
-   ``learn_step`` steps;
+   its exploring actions (epsilon-greedy; noisy nets for RainbowDQN) into the population's
+   shared replay memory (uniform, prioritized, n-step, or prioritized plus an n-step
+   companion), learning from it every ``learn_step`` steps;
 2. every agent is evaluated greedily (``agent.test``), appending to its ``fitness``;
 3. the run stops when every agent reached ``target`` or ``max_steps`` are spent; otherwise the
    population is selected and mutated, and the next generation starts.
@@ -19,6 +20,7 @@ environment steps of ONE agent summed over its sub-envs (a vector step of 8 sub-
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
@@ -36,7 +38,12 @@ from agile_core.training import (
     swap_image_channels,
 )
 from agile_core.training.generations import GenerationLoop, PhaseResult
-from agile_offpolicy.buffers import ReplayBuffer
+from agile_offpolicy.buffers import (
+    MultiStepReplayBuffer,
+    PrioritizedReplayBuffer,
+    ReplayBuffer,
+    beta_schedule,
+)
 
 __all__ = ["train_off_policy"]
 
@@ -47,11 +54,102 @@ def _positive_int(name: str, value: Any) -> int:
     return int(value)
 
 
-def _collect_and_learn(agent: Any, env: VectorEnv, memory: ReplayBuffer, vector_steps: int,
+@dataclass
+class _Memories:
+    """The replay memory and, for PER + n-step, its n-step companion: how transitions go in and
+    batches come out.
+
+    With `n_step_memory`, each step goes to the n-step memory first; the 1-step transitions it
+    returns (those whose n-step transitions it stored) go to `memory`, so both hold the same
+    transition at every storage index and an n-step batch is read at the sampled indices.
+    A prioritized `memory` samples with ``beta`` annealed from the agent's ``beta`` to 1 over
+    `max_steps` of that agent, and gets the priorities its learn step returns.
+    """
+
+    memory: Any
+    n_step_memory: MultiStepReplayBuffer | None
+    max_steps: int
+
+    @property
+    def prioritized(self) -> bool:
+        return isinstance(self.memory, PrioritizedReplayBuffer)
+
+    def __len__(self) -> int:
+        return len(self.memory)
+
+    def start_episodes(self) -> None:
+        """Drop n-step windows left open by the previous phase (its episodes do not continue)."""
+        for buffer in (self.memory, self.n_step_memory):
+            if isinstance(buffer, MultiStepReplayBuffer):
+                buffer.clear_windows()
+
+    def add(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any,
+            valid: np.ndarray) -> None:
+        if self.n_step_memory is None:
+            self.memory.add(obs, action, reward, next_obs, terminated, truncated=truncated, mask=valid)
+            return
+        transitions = self.n_step_memory.add(obs, action, reward, next_obs, terminated, truncated, mask=valid)
+        self.memory.add(*transitions)
+
+    def learn(self, agent: Any) -> Any:
+        """Sample a batch for `agent`, run its learn step, write back priorities; return the losses."""
+        rng = getattr(agent, "rng", None)
+        if self.prioritized:
+            beta = beta_schedule(agent.beta, agent.steps, self.max_steps)
+            batch = self.memory.sample(agent.batch_size, beta=beta, rng=rng)
+        else:
+            batch = self.memory.sample(agent.batch_size, rng)
+        if self.n_step_memory is None:
+            out = agent.learn(batch)
+        else:
+            out = agent.learn(batch, n_experiences=self.n_step_memory.sample_from_indices(batch.indices))
+        if not isinstance(out, tuple):
+            return out
+        losses, priorities = out
+        if self.prioritized:
+            self.memory.update_priorities(batch.indices, priorities)
+        return losses
+
+    def states(self) -> dict[str, Any]:
+        states = {"replay": self.memory.state_dict()}
+        if self.n_step_memory is not None:
+            states["n_step"] = self.n_step_memory.state_dict()
+        return states
+
+    def load(self, saved: Mapping[str, Any]) -> None:
+        if "replay" in saved:
+            self.memory.load_state_dict(saved["replay"])
+        if self.n_step_memory is not None and "n_step" in saved:
+            self.n_step_memory.load_state_dict(saved["n_step"])
+
+
+def _check_memories(pop: list[Any], memory: Any, n_step_memory: Any, num_envs: int) -> None:
+    """Refuse combinations that would train silently wrong."""
+    if n_step_memory is not None:
+        if not isinstance(n_step_memory, MultiStepReplayBuffer):
+            raise ValueError(f"n_step_memory must be a MultiStepReplayBuffer, got {type(n_step_memory).__name__}")
+        if isinstance(memory, MultiStepReplayBuffer):
+            raise ValueError("with n_step_memory, memory must be a 1-step buffer (PrioritizedReplayBuffer)")
+        if (n_step_memory.max_size, len(n_step_memory), n_step_memory.ptr) != (memory.max_size, len(memory),
+                                                                               memory.ptr):
+            raise ValueError("memory and n_step_memory must have the same max_size and start aligned "
+                             "(both empty, or restored together)")
+    for buffer in (memory, n_step_memory):
+        if isinstance(buffer, MultiStepReplayBuffer) and buffer.num_envs != num_envs:
+            raise ValueError(f"the n-step buffer has {buffer.num_envs} windows for {num_envs} sub-environments")
+    extended = n_step_memory is not None or isinstance(memory, PrioritizedReplayBuffer | MultiStepReplayBuffer)
+    if extended:
+        unable = sorted({type(agent).__name__ for agent in pop if not getattr(agent, "supports_per_and_n_step", False)})
+        if unable:
+            raise ValueError(f"prioritized / n-step replay needs agents that learn from them (RainbowDQN); "
+                             f"{', '.join(unable)} cannot")
+
+
+def _collect_and_learn(agent: Any, env: VectorEnv, memories: _Memories, vector_steps: int,
                        schedule: EpsilonSchedule, learning_delay: int, learn_credit: list[int], slot: int,
                        swap_channels: bool, should_stop: Callable[[], bool]) -> PhaseResult:
     """Run `agent` for up to `vector_steps` vector steps from a fresh reset, adding to and
-    learning from `memory` as it goes.
+    learning from `memories` as it goes.
 
     ``learn_credit[slot]`` counts environment steps not yet paid for by a learning step: each
     vector step adds ``num_envs``, each learning step costs ``agent.learn_step``. Credit earned
@@ -63,6 +161,7 @@ def _collect_and_learn(agent: Any, env: VectorEnv, memory: ReplayBuffer, vector_
     tracker = EpisodeTracker(num_envs)
     reset_noise = getattr(agent, "reset_action_noise", None)  # exploration processes (DDPG, TD3)
     obs, info = env.reset()
+    memories.start_episodes()
     if reset_noise is not None:
         reset_noise()
     if swap_channels:
@@ -76,7 +175,7 @@ def _collect_and_learn(agent: Any, env: VectorEnv, memory: ReplayBuffer, vector_
 
         # After next-step autoreset the step only reset the sub-env: no transition to store.
         valid = tracker.step(reward, terminated, truncated)
-        memory.add(obs, action, reward, next_obs, terminated, truncated=truncated, mask=valid)
+        memories.add(obs, action, reward, next_obs, terminated, truncated, valid)
         if reset_noise is not None:
             reset_noise(np.asarray(terminated) | np.asarray(truncated))
         obs = next_obs
@@ -84,10 +183,9 @@ def _collect_and_learn(agent: Any, env: VectorEnv, memory: ReplayBuffer, vector_
         result.vector_steps += 1
 
         updates, learn_credit[slot] = divmod(learn_credit[slot] + num_envs, agent.learn_step)
-        if len(memory) >= max(agent.batch_size, learning_delay):
+        if len(memories) >= max(agent.batch_size, learning_delay):
             for _ in range(updates):
-                batch = memory.sample(agent.batch_size, getattr(agent, "rng", None))
-                _record_losses(result.losses, agent.learn(batch))
+                _record_losses(result.losses, memories.learn(agent))
     result.episodic_returns, result.episode_lengths = tracker.pop_finished()
     if result.episodic_returns:
         agent.scores.append(float(np.mean(result.episodic_returns)))
@@ -108,7 +206,7 @@ def train_off_policy(
     env_name: str,
     algo: str,
     pop: list[Any],
-    memory: ReplayBuffer,
+    memory: ReplayBuffer | PrioritizedReplayBuffer | MultiStepReplayBuffer,
     init_hp: dict[str, Any] | None = None,
     mut_p: dict[str, Any] | None = None,
     max_steps: int = 1_000_000,
@@ -120,7 +218,7 @@ def train_off_policy(
     eps_end: float = 0.01,
     eps_decay: float = 0.999,
     target: float | None = None,
-    n_step_memory: Any = None,
+    n_step_memory: MultiStepReplayBuffer | None = None,
     selection_strategy: SelectionStrategy | None = None,
     tournament: SelectionStrategy | None = None,
     mutation: Mutations | None = None,
@@ -141,7 +239,7 @@ def train_off_policy(
     seed: int | None = None,
     csv_path: str | None = None,
 ) -> tuple[list[Any], list[float]]:
-    """Train a population of epsilon-greedy off-policy agents (DQN) with evolutionary HPO.
+    """Train a population of off-policy agents (DQN, RainbowDQN, DDPG, TD3) with evolutionary HPO.
 
     Args:
         env: Gymnasium env or vector env (next-step autoreset); a plain env runs as one sub-env.
@@ -154,6 +252,10 @@ def train_off_policy(
             allows. Sharing gives each agent the population's data diversity, keeps one memory
             per run (not per agent) and survives selection unchanged. Batches are drawn with the
             agent's own ``rng`` (saved in checkpoints) when it has one, else with the memory's.
+            A ``PrioritizedReplayBuffer`` samples with the agent's ``beta`` annealed linearly to 1
+            over `max_steps` (of that agent) and takes the new priorities each learn step
+            returns; a ``MultiStepReplayBuffer`` alone gives n-step batches. Both need agents
+            that learn from them (``supports_per_and_n_step``: RainbowDQN).
         init_hp: Initial hyperparameters (logged). ``init_hp["CHANNELS_LAST"]`` (bool) moves
             the channel axis of image observations first before the agent sees them; the memory
             then stores channels-first observations.
@@ -170,14 +272,18 @@ def train_off_policy(
         eps_decay: Multiplicative epsilon decay per vector step of an agent; epsilon is a
             function of the agent's own ``steps``, so a clone continues its parent's schedule.
         target: Stop once every agent's latest fitness is at least this.
-        n_step_memory: For n-step algorithms (RainbowDQN), not supported by this loop yet:
-            passing one raises ValueError.
+        n_step_memory: A ``MultiStepReplayBuffer`` used alongside a 1-step `memory` (usually
+            prioritized), same ``max_size``, both empty (or restored together): each step goes
+            into it, the 1-step transitions it returns go into `memory`, so both share storage
+            indices; every batch of `memory` is paired with the n-step transitions at the same
+            indices (``agent.learn(batch, n_experiences=...)``).
         selection_strategy: Selection applied after each evaluation (None: no selection).
         tournament: Deprecated alias of `selection_strategy` (DeprecationWarning).
         mutation: Mutations applied to the agents selection marks, or to every agent when
             there is no selection (None: no mutation).
         checkpoint: Save a run checkpoint (agents, evolution state, counters and the replay
-            memory) every this many steps per agent, at generation ends.
+            memories, n-step windows and priorities included) every this many steps per agent,
+            at generation ends.
         checkpoint_path: Folder for checkpoints (default ``checkpoints``); Ctrl-C also saves here.
         overwrite_checkpoints: Keep only the latest checkpoint.
         save_elite: Save the best agent after every evaluation to `elite_path`.
@@ -211,8 +317,6 @@ def train_off_policy(
         eval_steps = _positive_int("eval_steps", eval_steps)
     if learning_delay < 0:
         raise ValueError(f"learning_delay must be >= 0, got {learning_delay}")
-    if n_step_memory is not None:
-        raise ValueError("n_step_memory (n-step returns for RainbowDQN) is not supported by train_off_policy yet")
     if accelerator is not None:
         raise ValueError("accelerator (distributed training) is not supported by train_off_policy")
     schedule = EpsilonSchedule(eps_start, eps_end, eps_decay)
@@ -221,18 +325,13 @@ def train_off_policy(
     vec_env = as_vector_env(env)
     check_next_step_autoreset(vec_env)
     num_envs = int(vec_env.num_envs)
+    _check_memories(pop, memory, n_step_memory, num_envs)
+    memories = _Memories(memory, n_step_memory, max_steps)
     learn_credit = [0] * len(pop)
 
     def phase(slot: int, agent: Any, vector_steps: int, should_stop: Callable[[], bool]) -> PhaseResult:
-        return _collect_and_learn(agent, vec_env, memory, vector_steps, schedule, learning_delay,
+        return _collect_and_learn(agent, vec_env, memories, vector_steps, schedule, learning_delay,
                                   learn_credit, slot, swap_channels, should_stop)
-
-    def memory_states() -> dict[str, Any]:
-        return {"replay": memory.state_dict()}
-
-    def load_memory(saved: Mapping[str, Any]) -> None:
-        if "replay" in saved:
-            memory.load_state_dict(saved["replay"])
 
     config = {"env_name": env_name, "algo": algo, "population_size": len(pop), "num_envs": num_envs,
               "max_steps": max_steps, "evo_steps": evo_steps, "eval_steps": eval_steps, "eval_loop": eval_loop,
@@ -245,7 +344,7 @@ def train_off_policy(
         overwrite_checkpoints=overwrite_checkpoints, save_elite=save_elite, elite_path=elite_path, wb=wb,
         tensorboard=tensorboard, tensorboard_log_dir=tensorboard_log_dir, verbose=verbose,
         wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs, csv_path=csv_path, seed=seed,
-        swap_channels=swap_channels, buffers=memory_states,
+        swap_channels=swap_channels, buffers=memories.states,
     )
-    return loop.train(resume_from_checkpoint, load_buffers=load_memory)
+    return loop.train(resume_from_checkpoint, load_buffers=memories.load)
 

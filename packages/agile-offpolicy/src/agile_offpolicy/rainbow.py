@@ -1,0 +1,346 @@
+"""Rainbow DQN (Hessel et al., 2018): noisy nets, dueling heads, C51 distributional returns,
+n-step returns, prioritized replay and double-Q target selection.
+
+The network (:class:`~agile_core.networks.RainbowQNetwork`) outputs, per action, a categorical
+distribution over ``num_atoms`` returns evenly spaced on ``[v_min, v_max]``. For a transition
+``(s, a, R, s', done)`` summing ``k`` rewards (``k = 1`` for a 1-step batch, ``n_steps`` per row
+for an n-step batch):
+
+    a*      = argmax_a' E[Z_online(s', a')]                   (double Q: the online net picks)
+    target  = Proj( R + gamma^k * (1 - done) * z  with  z ~ Z_target(s', a*) )  onto the support
+    loss_i  = cross-entropy(target, Z_online(s, a))           (per transition)
+    loss    = mean_i w_i * loss_i                               (w: PER importance weights, else 1)
+
+Priorities for prioritized replay are ``loss_i + prior_eps``. With an n-step batch paired to a
+1-step batch (PER + n-step), the n-step loss is used; ``combined_reward`` adds the 1-step loss.
+
+Exploration comes from the NoisyLinear output layers (training mode): the noise of the online
+and target networks is redrawn, independently, after every learning step. Greedy evaluation
+(``training=False``) uses the mean weights. After every learning step the target network moves
+towards the online one by ``tau``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, cast
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium import spaces
+from gymnasium.vector import VectorEnv
+
+from agile_core.algorithms.base import SingleAgentAlgorithm
+from agile_core.hpo.hyperparameters import HyperparameterConfig
+from agile_core.networks import (
+    EvolvableModule,
+    NoisyLinear,
+    RainbowQNetwork,
+    preprocess_observation,
+)
+from agile_core.specs.network import NetworkSpec
+from agile_core.training.evaluation import evaluate_policy
+from agile_offpolicy.dqn import _check_hyperparameters
+
+__all__ = ["RainbowDQN", "project_distribution"]
+
+STRUCTURAL_HYPERPARAMETERS = ("num_atoms", "v_min", "v_max", "noise_std", "n_step")
+"""Fixed at construction (they shape the network or the n-step buffer): never mutated."""
+
+
+def project_distribution(next_probs: torch.Tensor, rewards: torch.Tensor, discounts: torch.Tensor,
+                         support: torch.Tensor) -> torch.Tensor:
+    """C51 projection of ``rewards + discounts * Z`` onto `support` (Bellemare et al., 2017).
+
+    Args:
+        next_probs: ``[B, K]`` probabilities of Z on the atoms of `support`.
+        rewards: ``[B]`` (n-step) rewards.
+        discounts: ``[B]`` bootstrap discounts, ``gamma ** k * (1 - done)``.
+        support: ``[K]`` evenly spaced atoms from ``v_min`` to ``v_max``.
+
+    Each shifted atom ``r + d * z_j`` is clipped to ``[v_min, v_max]`` and its probability split
+    between the two nearest atoms in proportion to closeness (all of it when it lands on one).
+    """
+    num_atoms = support.shape[0]
+    v_min, v_max = float(support[0]), float(support[-1])
+    delta = (v_max - v_min) / (num_atoms - 1)
+    shifted = (rewards.unsqueeze(-1) + discounts.unsqueeze(-1) * support).clamp(v_min, v_max)
+    position = (shifted - v_min) / delta
+    lower = position.floor().clamp(0, num_atoms - 1)
+    upper = position.ceil().clamp(0, num_atoms - 1)
+    upper_share = position - lower
+    lower_share = torch.where(upper == lower, torch.ones_like(position), upper - position)
+    projected = torch.zeros_like(next_probs)
+    projected.scatter_add_(-1, lower.long(), next_probs * lower_share)
+    projected.scatter_add_(-1, upper.long(), next_probs * upper_share)
+    return projected
+
+
+class RainbowDQN(SingleAgentAlgorithm):
+    """Rainbow DQN agent: a noisy dueling C51 network, its target copy and an Adam optimizer.
+
+    Args:
+        observation_space: Space of one observation (not batched).
+        action_space: Discrete action space (any ``start``).
+        index: Agent index in the population.
+        hp_config: Hyperparameters that RL-HP mutation may change, with their ranges (not
+            ``num_atoms``, ``v_min``, ``v_max``, ``noise_std`` or ``n_step``: they are fixed).
+        net_config: Architecture of the network (a ``NetworkSpec`` or its dict form).
+        batch_size: Transitions per learning step.
+        lr: Adam learning rate.
+        learn_step: Environment steps (over all sub-envs) between learning steps.
+        gamma: Discount factor.
+        tau: Soft target update rate, applied after every learning step (1.0: hard copy).
+        beta: Initial importance-sampling exponent of prioritized replay; the training loop
+            anneals it linearly to 1 over the run.
+        prior_eps: Added to every new priority so no transition has zero probability.
+        num_atoms: Atoms of the return distribution.
+        v_min: Lowest atom (smallest representable return).
+        v_max: Highest atom (largest representable return).
+        noise_std: Initial standard deviation scale of the noisy layers.
+        n_step: Steps of the n-step return. Informational for the agent (each n-step
+            transition carries its own step count); the manifest trainer sizes the n-step
+            buffer with it unless the replay buffer section sets ``n_step`` itself.
+        combined_reward: With a 1-step batch and its n-step view (PER + n-step), train on the
+            sum of both losses instead of the n-step loss alone.
+        normalize_images: Scale uint8 image observations to [0, 1].
+        device: Torch device of the networks.
+        seed: Seeds network initialisation, the first noise draw and the agent's RNG (None:
+            fresh entropy).
+        actor_network: A pre-built ``RainbowQNetwork`` to start from (cloned; `net_config`,
+            `num_atoms`, `v_min` and `v_max` must agree with it).
+
+    ``learn`` returns ``(loss, new_priorities)``; the training loop writes the priorities back
+    into a prioritized replay buffer. Gradients are clipped to a global norm of
+    ``max_grad_norm`` (class attribute, None disables).
+    """
+
+    hyperparameter_names: ClassVar[tuple[str, ...]] = (
+        "lr", "batch_size", "learn_step", "gamma", "tau", "beta", "prior_eps",
+    )
+    supported_action_spaces: ClassVar[tuple[type[spaces.Space], ...]] = (spaces.Discrete,)
+    max_grad_norm: ClassVar[float | None] = 10.0
+    supports_per_and_n_step: ClassVar[bool] = True
+    """Tells ``train_off_policy`` that ``learn`` takes ``n_experiences`` and returns priorities."""
+
+    actor: RainbowQNetwork
+    actor_target: RainbowQNetwork
+    optimizer: torch.optim.Optimizer
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        index: int = 0,
+        hp_config: HyperparameterConfig | None = None,
+        net_config: NetworkSpec | Mapping[str, Any] | None = None,
+        batch_size: int = 64,
+        lr: float = 1e-4,
+        learn_step: int = 5,
+        gamma: float = 0.99,
+        tau: float = 1e-3,
+        beta: float = 0.4,
+        prior_eps: float = 1e-6,
+        num_atoms: int = 51,
+        v_min: float = -10.0,
+        v_max: float = 10.0,
+        noise_std: float = 0.5,
+        n_step: int = 3,
+        combined_reward: bool = False,
+        normalize_images: bool = True,
+        device: str | torch.device = "cpu",
+        seed: int | None = None,
+        actor_network: EvolvableModule | None = None,
+    ) -> None:
+        super().__init__(observation_space, action_space, index=index, hp_config=hp_config, device=device)
+        discrete = cast(spaces.Discrete, action_space)
+        _check_hyperparameters(batch_size, lr, learn_step, gamma, tau)
+        fixed = sorted(set(self.hp_config) & set(STRUCTURAL_HYPERPARAMETERS))
+        if fixed:
+            raise ValueError(f"RainbowDQN cannot mutate {', '.join(fixed)}: fixed at construction")
+        if not 0.0 <= beta <= 1.0:
+            raise ValueError(f"beta must lie in [0, 1], got {beta}")
+        if not prior_eps > 0:
+            raise ValueError(f"prior_eps must be > 0, got {prior_eps}")
+        if isinstance(n_step, bool) or not isinstance(n_step, int | np.integer) or n_step < 1:
+            raise ValueError(f"n_step must be an integer >= 1, got {n_step!r}")
+        if noise_std < 0:
+            raise ValueError(f"noise_std must be >= 0, got {noise_std}")
+        self.num_actions = int(discrete.n)
+        self.action_start = int(discrete.start)
+        self.batch_size = int(batch_size)
+        self.lr = float(lr)
+        self.learn_step = int(learn_step)
+        self.gamma = float(gamma)
+        self.tau = float(tau)
+        self.beta = float(beta)
+        self.prior_eps = float(prior_eps)
+        self.num_atoms = int(num_atoms)
+        self.v_min = float(v_min)
+        self.v_max = float(v_max)
+        self.noise_std = float(noise_std)
+        self.n_step = int(n_step)
+        self.combined_reward = bool(combined_reward)
+        self.normalize_images = bool(normalize_images)
+        self.rng = np.random.default_rng(seed)
+
+        if actor_network is not None:
+            if (not isinstance(actor_network, RainbowQNetwork) or actor_network.num_actions != self.num_actions
+                    or (actor_network.num_atoms, actor_network.v_min, actor_network.v_max)
+                    != (self.num_atoms, self.v_min, self.v_max)):
+                raise ValueError(f"actor_network must be a RainbowQNetwork with {self.num_actions} actions, "
+                                 f"num_atoms={self.num_atoms}, v_min={self.v_min}, v_max={self.v_max}")
+            actor = actor_network.clone()
+        else:
+            with torch.random.fork_rng(devices=[]):
+                if seed is not None:
+                    torch.manual_seed(seed)
+                actor = RainbowQNetwork(observation_space, action_space, net_config, num_atoms=self.num_atoms,
+                                        v_min=self.v_min, v_max=self.v_max, noise_std=self.noise_std)
+        if actor.recurrent:
+            raise ValueError("RainbowDQN does not support recurrent (LSTM) networks")
+        actor_target = actor.clone()
+        self.actor = actor.to(self.device)
+        self.actor_target = actor_target.to(self.device)
+        self.actor_target.requires_grad_(False)
+
+        self.register_network_group("actor", "actor_target")
+        self.register_optimizer("optimizer", ["actor"], "lr")
+        self.reset_noise()
+
+    def set_hyperparameter(self, name: str, value: Any) -> None:
+        """Set a hyperparameter; the structural ones (network shape, n-step) are refused."""
+        if name in STRUCTURAL_HYPERPARAMETERS:
+            raise ValueError(f"RainbowDQN cannot change {name} after construction")
+        super().set_hyperparameter(name, value)
+
+    def after_architecture_change(self) -> None:
+        """Keep the target network frozen: layers a mutation adds to it start out trainable."""
+        self.actor_target.requires_grad_(False)
+
+    def reset_noise(self) -> None:
+        """Redraw the noise of the online and target networks, independently, from the agent's RNG
+        (so seeded runs repeat and resume exactly)."""
+        generator = torch.Generator().manual_seed(int(self.rng.integers(2**62)))
+        for network in (self.actor, self.actor_target):
+            for module in network.modules():
+                if isinstance(module, NoisyLinear):
+                    module.reset_noise(generator)
+
+    # ------------------------------------------------------------------ acting
+    def _observation(self, obs: Any) -> Any:
+        return preprocess_observation(self.observation_space, obs, self.device, self.normalize_images)
+
+    def get_action(self, obs: Any, epsilon: float = 0.0, action_mask: Any = None,
+                   training: bool = True) -> np.ndarray:
+        """Actions ``[num_envs]`` (int64) maximising the expected return of the distribution.
+
+        With `training` the online network acts with its current noise (NoisyNets exploration);
+        without it, with its mean weights (greedy). `epsilon` is accepted for the loop's calling
+        convention and ignored: the noise explores. `action_mask` (``[num_envs, n]``, truthy =
+        allowed) restricts the choice; every row needs an allowed action.
+        """
+        del epsilon
+        self.actor.train(training)
+        with torch.no_grad():
+            q_values = self.actor(self._observation(obs), "q")
+        self.actor.train()
+        q_values = q_values.reshape(-1, self.num_actions)
+        if action_mask is not None:
+            allowed = np.asarray(action_mask, dtype=bool).reshape(q_values.shape[0], self.num_actions)
+            if not allowed.any(axis=1).all():
+                raise ValueError("action_mask leaves no allowed action for some sub-environment")
+            q_values = q_values.masked_fill(~torch.as_tensor(allowed, device=q_values.device), -torch.inf)
+        return q_values.argmax(dim=-1).cpu().numpy().astype(np.int64) + self.action_start
+
+    # ------------------------------------------------------------------ learning
+    def learn(self, experiences: Sequence[Any], n_experiences: Sequence[Any] | None = None) -> tuple[float, np.ndarray]:
+        """One gradient step; return ``(loss, new_priorities)`` (priorities: numpy ``[B]``).
+
+        `experiences` is any sequence whose first five items are ``(obs, action, reward, next_obs,
+        terminated)``: a ``ReplayBatch`` (1-step), a ``PrioritizedBatch`` (its ``weights`` scale
+        each transition's loss) or an ``NStepBatch`` (reward is the n-step return; its
+        ``n_steps`` discount the bootstrap). `n_experiences` is the n-step view of the same
+        transitions (``n_step_memory.sample_from_indices(batch.indices)``): its loss replaces the
+        1-step loss, or is added to it with ``combined_reward``.
+        """
+        self.actor.train()
+        self.actor_target.train()
+        weights = getattr(experiences, "weights", None)
+        if n_experiences is None:
+            per_sample = self._distribution_loss(experiences)
+        else:
+            per_sample = self._distribution_loss(n_experiences)
+            if self.combined_reward:
+                per_sample = per_sample + self._distribution_loss(experiences)
+        if weights is None:
+            loss = per_sample.mean()
+        else:
+            weights = torch.as_tensor(weights, device=self.device, dtype=per_sample.dtype).reshape(-1)
+            loss = (per_sample * weights).mean()
+
+        self.optimizer.zero_grad()
+        loss.backward()
+        if self.max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self.actor.parameters(), self.max_grad_norm)
+        self.optimizer.step()
+
+        self.soft_update()
+        self.reset_noise()
+        self.learn_counter += 1
+        priorities = per_sample.detach().cpu().numpy().astype(np.float64) + self.prior_eps
+        return float(loss.detach()), priorities
+
+    def _distribution_loss(self, experiences: Sequence[Any]) -> torch.Tensor:
+        """Per-transition cross-entropy between the projected target and the online distribution."""
+        obs, actions, rewards, next_obs, terminated = tuple(experiences)[:5]
+        n_steps = getattr(experiences, "n_steps", None)
+        actions = torch.as_tensor(actions, device=self.device).long().reshape(-1) - self.action_start
+        rewards = torch.as_tensor(rewards, device=self.device, dtype=torch.float32).reshape(-1)
+        terminated = torch.as_tensor(terminated, device=self.device, dtype=torch.float32).reshape(-1)
+        if n_steps is None:
+            discounts = torch.full_like(rewards, self.gamma)
+        else:
+            steps = torch.as_tensor(n_steps, device=self.device, dtype=torch.float32).reshape(-1)
+            discounts = torch.pow(torch.full_like(steps, self.gamma), steps)
+        target = self.target_distribution(rewards, next_obs, discounts * (1.0 - terminated))
+        rows = torch.arange(actions.shape[0], device=self.device)
+        log_probs = self.actor(self._observation(obs), "log_probs")[rows, actions]
+        return -(target * log_probs).sum(dim=-1)
+
+    def target_distribution(self, rewards: torch.Tensor, next_obs: Any, discounts: torch.Tensor) -> torch.Tensor:
+        """Projected target distribution ``[B, num_atoms]`` (no gradient); double-Q action choice.
+
+        The online network picks ``a* = argmax_a E[Z_online(s', a)]``, the target network's
+        distribution for ``a*`` is shifted by the rewards, scaled by `discounts` (0 where the
+        episode terminated) and projected onto the support.
+        """
+        with torch.no_grad():
+            next_obs = self._observation(next_obs)
+            next_actions = self.actor(next_obs, "q").argmax(dim=-1)
+            next_probs = self.actor_target(next_obs, "probs")
+            rows = torch.arange(next_actions.shape[0], device=self.device)
+            return project_distribution(next_probs[rows, next_actions], rewards, discounts, self.actor.support)
+
+    def soft_update(self) -> None:
+        """Move the target weights towards the online ones: ``target <- tau * online + (1 - tau) * target``.
+
+        Noise buffers are left alone: the target network keeps its own noise draw.
+        """
+        with torch.no_grad():
+            for online, target in zip(self.actor.parameters(), self.actor_target.parameters(), strict=True):
+                target.lerp_(online, self.tau)
+
+    # ------------------------------------------------------------------ evaluation
+    def test(self, env: gym.Env | VectorEnv, swap_channels: bool = False, max_steps: int | None = None,
+             loop: int = 1) -> float:
+        """Greedy fitness (mean weights, no noise): the mean return of `loop` episodes per sub-env;
+        appended to ``fitness``. See :func:`agile_core.training.evaluation.evaluate_policy`."""
+
+        def act(obs: Any, info: dict[str, Any]) -> np.ndarray:
+            return self.get_action(obs, action_mask=info.get("action_mask"), training=False)
+
+        fitness = evaluate_policy(env, act, loop=loop, max_steps=max_steps, swap_channels=swap_channels)
+        self.fitness.append(fitness)
+        return fitness
