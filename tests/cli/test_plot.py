@@ -112,6 +112,15 @@ def test_bad_run_dir_exits_2_with_the_reason(tmp_path, capsys):
         assert "Traceback" not in err
 
 
+def test_plot_ignores_the_line_a_running_run_is_writing(run_dir, tmp_path, capsys):
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns("checkpoints", "plots"))
+    with open(copy / "metrics.history.jsonl", "a") as handle:
+        handle.write('{"generation": 4, "step": 80')
+    assert main(["plot", str(copy)]) == 0
+    assert len(capsys.readouterr().out.split()) == 3
+
+
 def test_plot_help(capsys):
     assert main(["plot", "--help"]) == 0
     out = capsys.readouterr().out

@@ -67,7 +67,9 @@ def load_run(run_dir: str | Path) -> RunHistory:
         raise RunDirError(f"{root} is not an agile run directory: it has no {HISTORY_FILE} "
                           "(written by `agile train`)")
     by_generation: dict[int, dict[str, Any]] = {}
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
@@ -76,6 +78,8 @@ def load_run(run_dir: str | Path) -> RunHistory:
             if not isinstance(record["agents"], list):
                 raise TypeError("agents is not a list")
         except (ValueError, KeyError, TypeError) as exc:
+            if number == len(lines) and not text.endswith("\n"):
+                break  # the line a running (or crashed) run is still writing
             raise RunDirError(f"{path}:{number}: not a generation record ({exc})") from None
         by_generation[generation] = record
     if not by_generation:
