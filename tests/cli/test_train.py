@@ -114,7 +114,10 @@ def test_ctrl_c_exits_130_and_the_checkpoint_resumes_to_the_end(tmp_path):
          "--set", "training.max_steps=40960", "--set", "training.evo_steps=2048", "--set", "algorithm.learn_step=256",
          "--set", "training.target_score=null", "--quiet", "--run-dir", str(run_dir)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, cwd=ROOT)
-    time.sleep(12)
+    deadline = time.monotonic() + 180  # interrupt once training runs (start-up is slow on a busy machine)
+    while not (run_dir / "metrics.csv").exists() and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.5)
+    time.sleep(2)
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=120)
     assert process.returncode == 130, err

@@ -225,6 +225,8 @@ class LocalTrainer(Trainer):
         if unsupported:
             raise TrainerConfigError(f"the {paradigm.name} loop does not support: {', '.join(sorted(unsupported))}")
         arguments = {k: v for k, v in arguments.items() if k in accepted}
+        if "batch_population" in accepted:  # a speed switch: loops without batching ignore it
+            arguments["batch_population"] = training.batch_population
         return loop(env, manifest.environment.name, manifest.algorithm.name, population, **arguments)
 
 

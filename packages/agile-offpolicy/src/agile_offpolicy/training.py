@@ -37,13 +37,16 @@ from agile_core.training import (
     resolve_selection_strategy,
     swap_image_channels,
 )
+from agile_core.training.envs import population_vector_env
 from agile_core.training.generations import GenerationLoop, PhaseResult
+from agile_core.training.profiling import PROFILER
 from agile_offpolicy.buffers import (
     MultiStepReplayBuffer,
     PrioritizedReplayBuffer,
     ReplayBuffer,
     beta_schedule,
 )
+from agile_offpolicy.population import can_batch, collect_and_learn_population, evaluate_batched
 
 __all__ = ["train_off_policy"]
 
@@ -160,7 +163,8 @@ def _collect_and_learn(agent: Any, env: VectorEnv, memories: _Memories, vector_s
     result = PhaseResult(vector_steps=0)
     tracker = EpisodeTracker(num_envs)
     reset_noise = getattr(agent, "reset_action_noise", None)  # exploration processes (DDPG, TD3)
-    obs, info = env.reset()
+    with PROFILER.env:
+        obs, info = env.reset()
     memories.start_episodes()
     if reset_noise is not None:
         reset_noise()
@@ -168,8 +172,10 @@ def _collect_and_learn(agent: Any, env: VectorEnv, memories: _Memories, vector_s
         obs = swap_image_channels(obs)
     while result.vector_steps < vector_steps and not should_stop():
         epsilon = schedule.value(agent.steps / num_envs)
-        action = agent.get_action(obs, epsilon=epsilon, action_mask=info.get("action_mask"))
-        next_obs, reward, terminated, truncated, info = env.step(action)
+        with PROFILER.act:
+            action = agent.get_action(obs, epsilon=epsilon, action_mask=info.get("action_mask"))
+        with PROFILER.env:
+            next_obs, reward, terminated, truncated, info = env.step(action)
         if swap_channels:
             next_obs = swap_image_channels(next_obs)
 
@@ -185,7 +191,9 @@ def _collect_and_learn(agent: Any, env: VectorEnv, memories: _Memories, vector_s
         updates, learn_credit[slot] = divmod(learn_credit[slot] + num_envs, agent.learn_step)
         if len(memories) >= max(agent.batch_size, learning_delay):
             for _ in range(updates):
-                _record_losses(result.losses, memories.learn(agent))
+                with PROFILER.learn:  # sampling included: one call samples and learns
+                    losses = memories.learn(agent)
+                _record_losses(result.losses, losses)
     result.episodic_returns, result.episode_lengths = tracker.pop_finished()
     if result.episodic_returns:
         agent.scores.append(float(np.mean(result.episodic_returns)))
@@ -238,6 +246,7 @@ def train_off_policy(
     resume_from_checkpoint: str | None = None,
     seed: int | None = None,
     csv_path: str | None = None,
+    batch_population: bool = True,
 ) -> tuple[list[Any], list[float]]:
     """Train a population of off-policy agents (DQN, RainbowDQN, DDPG, TD3) with evolutionary HPO.
 
@@ -301,6 +310,13 @@ def train_off_policy(
         seed: Reseed the environment at fixed points (each phase and evaluation), so a seeded
             run is repeatable and a resumed run matches an uninterrupted one.
         csv_path: Also write every metric to this CSV file (``step,name,value,wall_time`` rows).
+        batch_population: Train the population at once when it can (plain DQN agents, a uniform
+            replay memory, and an env that can be widened: Gymnasium native vector envs and
+            ``SyncVectorEnv``s of fresh-env factories): one vector env with ``len(pop) *
+            num_envs`` sub-envs (agent ``i`` owns the i-th slice), and agents sharing an
+            architecture act and learn as one stacked computation, each with its own
+            hyperparameters (see :mod:`agile_offpolicy.population`). Otherwise, or when False,
+            agents train one after the other in `env`.
 
     Returns:
         The population after its last evaluation and each agent's fitness from that evaluation
@@ -346,5 +362,17 @@ def train_off_policy(
         wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs, csv_path=csv_path, seed=seed,
         swap_channels=swap_channels, buffers=memories.states,
     )
+    population_env = population_vector_env(vec_env, len(pop)) \
+        if batch_population and n_step_memory is None and can_batch(pop, memory) else None
+    if population_env is not None:
+        def population_phase(agents: list[Any], vector_steps: int, should_stop: Callable[[], bool]) -> list[PhaseResult]:
+            return collect_and_learn_population(agents, population_env, memory, vector_steps, schedule,
+                                                learning_delay, learn_credit, swap_channels, should_stop)
+
+        def population_evaluate(agents: list[Any]) -> list[float]:
+            return evaluate_batched(agents, population_env, loop=eval_loop, max_steps=eval_steps,
+                                    swap_channels=swap_channels)
+
+        loop.batch_population(population_phase, population_evaluate, population_env, num_envs)
     return loop.train(resume_from_checkpoint, load_buffers=memories.load)
 

@@ -40,6 +40,9 @@ def register(sub: Any) -> None:
     parser.add_argument("--load-weights-from", metavar="PATH", help="start a new run from saved weights")
     parser.add_argument("--save-elite", action="store_true", help="save the best agent after every evaluation")
     parser.add_argument("--elite-path", metavar="DIR", help="where to save the elite (default: RUN_DIR/elite)")
+    parser.add_argument("--profile", action="store_true",
+                        help="time env stepping, acting, sampling, learning, evaluation, evolution, checkpoints and "
+                             "logging; print the table and write RUN_DIR/profile.json")
     verbosity = parser.add_mutually_exclusive_group()
     verbosity.add_argument("--verbose", dest="verbose", action="store_true", default=True,
                            help="progress bar and per-generation table (default)")
@@ -108,20 +111,26 @@ def run(args: argparse.Namespace) -> int:
     from agile_core.training.interrupt import TrainingInterrupted
 
     started = time.monotonic()
+    from contextlib import nullcontext
+
+    from agile_core.training.profiling import PROFILER
+
     try:
         from agile_core.trainer import LocalTrainer
 
         trainer = LocalTrainer.from_manifest(manifest, device=args.device,
                                              resume_from_checkpoint=args.resume_from_checkpoint,
                                              load_weights_from=args.load_weights_from)
-        population, fitnesses = trainer.train(
-            verbose=args.verbose, save_elite=args.save_elite, elite_path=elite_path, wb=args.wb,
-            tensorboard=args.tensorboard, tensorboard_log_dir=args.tensorboard_log_dir or str(run_dir / "tensorboard"),
-            checkpoint_steps=args.checkpoint_steps, checkpoint_path=checkpoint_path,
-            overwrite_checkpoints=args.overwrite_checkpoints,
-            wandb_api_key=args.wandb_api_key or os.environ.get("WANDB_API_KEY"),
-            csv_path=str(run_dir / "metrics.csv"),
-        )
+        with PROFILER.run() if args.profile else nullcontext():
+            population, fitnesses = trainer.train(
+                verbose=args.verbose, save_elite=args.save_elite, elite_path=elite_path, wb=args.wb,
+                tensorboard=args.tensorboard,
+                tensorboard_log_dir=args.tensorboard_log_dir or str(run_dir / "tensorboard"),
+                checkpoint_steps=args.checkpoint_steps, checkpoint_path=checkpoint_path,
+                overwrite_checkpoints=args.overwrite_checkpoints,
+                wandb_api_key=args.wandb_api_key or os.environ.get("WANDB_API_KEY"),
+                csv_path=str(run_dir / "metrics.csv"),
+            )
     except TrainingInterrupted as exc:
         print(f"\nInterrupted: {exc}\nResume with: {_resume_hint(exc, args, run_dir)}", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -137,6 +146,9 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     summary = build_summary(population, fitnesses, manifest, time.monotonic() - started)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    if args.profile:
+        (run_dir / "profile.json").write_text(json.dumps(PROFILER.summary(), indent=2) + "\n", encoding="utf-8")
+        print(f"where the time went (profile.json):\n{PROFILER.table()}")
     print(f"run directory: {run_dir}\nsummary: {run_dir / 'summary.json'}\n"
           f"best fitness {max(fitnesses):.2f} (agent {summary['elite_id']}), "
           f"{summary['total_steps']} steps at {summary['steps_per_second']:.0f} steps/s")
@@ -157,7 +169,7 @@ def build_summary(population: list[Any], fitnesses: list[float], manifest: Any, 
              "fitness_history": [float(v) for v in agent.fitness],
              "hyperparameters": {k: v for k, v in agent.hyperparameters().items()
                                  if isinstance(v, int | float | str | bool) or v is None},
-             "steps": int(agent.steps)}
+             "steps": int(agent.steps), "learn_steps": int(getattr(agent, "learn_counter", 0))}
             for agent, fitness in zip(population, fitnesses, strict=True)
         ],
         "total_steps": total_steps,

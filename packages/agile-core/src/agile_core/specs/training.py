@@ -118,6 +118,10 @@ class TrainingSpec(Spec):
     """Share experience between the agents of the population (single replay buffer)."""
     seed: int | None = None
     """Seed for environments, networks and sampling; runs with the same seed repeat (agile addition)."""
+    batch_population: bool = True
+    """Step the whole population in one vector env and run agents that share an architecture as
+    one stacked network computation (DQN today; other algorithms run agent by agent). Each agent
+    keeps its own hyperparameters exactly; set false to train agent by agent (agile addition)."""
 
     @model_validator(mode="after")
     def _check_schedule(self) -> TrainingSpec:

@@ -1,0 +1,175 @@
+"""Population benchmarks: what a population costs compared with one agent, batched and not.
+
+One JSON line per case, so runs can be compared over time:
+
+    OMP_NUM_THREADS=1 uv run python benchmarks/population.py learn            # DQN learn step, pop 1/4/8
+    OMP_NUM_THREADS=1 uv run python benchmarks/population.py train configs/training/dqn_cartpole.yaml \\
+        --pops 1 4 8 --set training.target_score=null
+    OMP_NUM_THREADS=1 uv run python benchmarks/population.py floor CartPole-v1 --num-envs 8
+
+``learn``: milliseconds per learning step of P identical-architecture DQN agents, one by one
+(``DQN.learn`` per agent) and as one stacked computation (``DQNGroup.learn``), with the ratio to
+one agent's ``DQN.learn``. ``train``: ``agile train --profile`` in a subprocess per (pop size,
+batching on/off); ``wall_s`` is the whole process (start-up included), ``steps_per_s`` all
+agents' env steps over that wall time, ``updates_per_s`` learning steps over it, ``peak_rss_mb``
+the child's peak RSS and ``profile`` the share of wall time per section (``overhead`` = time
+outside env stepping, acting, sampling and learning, i.e. the framework's own bookkeeping plus
+evaluation, evolution, checkpoints and logging). ``floor``: the same vector env stepped with
+random actions and nothing else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+RSS_CHILD = """
+import resource, subprocess, sys
+code = subprocess.call(sys.argv[1:])
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, code)
+"""
+
+
+def bench_learn(pops: list[int], repeats: int, batch_size: int, hidden: int) -> None:
+    """Per-step cost of P agents learning, one by one vs stacked."""
+    import numpy as np
+    import torch
+    from gymnasium import spaces
+
+    from agile_offpolicy.buffers import ReplayBuffer
+    from agile_offpolicy.dqn import DQN
+    from agile_offpolicy.dqn_population import DQNGroup
+
+    obs_space, act_space = spaces.Box(-1.0, 1.0, (4,), np.float32), spaces.Discrete(2)
+    net = {"latent_dim": hidden, "encoder_config": {"hidden_size": [hidden]}, "head_config": {"hidden_size": [hidden]}}
+    memory = ReplayBuffer(20_000, obs_space, act_space)
+    rng = np.random.default_rng(0)
+    rows = 10_000
+    memory.add(rng.uniform(-1, 1, (rows, 4)).astype(np.float32), rng.integers(0, 2, rows),
+               rng.normal(size=rows).astype(np.float32), rng.uniform(-1, 1, (rows, 4)).astype(np.float32),
+               rng.random(rows) < 0.05)
+
+    def per_step_ms(fn: object) -> float:
+        for _ in range(20):
+            fn()  # type: ignore[operator]
+        start = time.perf_counter()
+        for _ in range(repeats):
+            fn()  # type: ignore[operator]
+        return (time.perf_counter() - start) / repeats * 1e3
+
+    single: float | None = None
+    for pop in pops:
+        agents = [DQN(obs_space, act_space, net_config=net, seed=i, batch_size=batch_size, lr=1e-3) for i in range(pop)]
+
+        def one_by_one(agents: list[DQN] = agents) -> None:
+            for agent in agents:
+                agent.learn(memory.sample(agent.batch_size, agent.rng))
+
+        loop_ms = per_step_ms(one_by_one)
+        group = DQNGroup(agents)
+        active = [True] * pop
+
+        def stacked(group: DQNGroup = group, active: list[bool] = active) -> None:
+            group.learn(group.sample(memory, active), active)
+
+        stacked_ms = per_step_ms(stacked)
+        if single is None:
+            single = loop_ms / pop
+        print(json.dumps({"case": "learn", "algorithm": "DQN", "pop_size": pop, "batch_size": batch_size,
+                          "hidden": hidden, "threads": torch.get_num_threads(),
+                          "one_by_one_ms": round(loop_ms, 3), "stacked_ms": round(stacked_ms, 3),
+                          "one_agent_ms": round(single, 3), "stacked_vs_one_agent": round(stacked_ms / single, 2),
+                          "one_by_one_vs_one_agent": round(loop_ms / single, 2)}), flush=True)
+
+
+def bench_train(manifest: str, pops: list[int], batching: list[bool], overrides: list[str]) -> None:
+    """Whole-process `agile train` runs."""
+    for pop in pops:
+        for batch in batching:
+            run_dir = tempfile.mkdtemp(prefix="agile-pop-bench-")
+            command = [sys.executable, "-m", "agile_cli.main", "train", manifest, "--quiet", "--profile",
+                       "--run-dir", run_dir, "--set", f"training.pop_size={pop}",
+                       "--set", f"training.batch_population={str(batch).lower()}"]
+            for override in overrides:
+                command += ["--set", override]
+            started = time.perf_counter()
+            out = subprocess.run([sys.executable, "-c", RSS_CHILD, *command], capture_output=True, text=True,
+                                 env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
+            wall = time.perf_counter() - started
+            last = out.stdout.strip().splitlines()[-1].split() if out.stdout.strip() else ["0", "1"]
+            rss_kb, code = int(last[0]), int(last[1])
+            if code != 0:
+                print(json.dumps({"case": "train", "manifest": manifest, "pop_size": pop, "batched": batch,
+                                  "error": out.stderr[-2000:]}), flush=True)
+                continue
+            summary = json.loads((Path(run_dir) / "summary.json").read_text())
+            profile = json.loads((Path(run_dir) / "profile.json").read_text())
+            steps = summary["total_steps"]
+            updates = sum(agent.get("learn_steps", 0) for agent in summary["agents"])
+            core = sum(profile[name]["share"] for name in ("env", "act", "sample", "learn"))
+            print(json.dumps({
+                "case": "train", "manifest": manifest, "overrides": overrides, "pop_size": pop, "batched": batch,
+                "env_steps": steps, "wall_s": round(wall, 2), "steps_per_s": round(steps / wall),
+                "updates_per_s": round(updates / wall, 1), "peak_rss_mb": round(rss_kb / 1024, 1),
+                "best_fitness": max(agent["fitness"] for agent in summary["agents"]),
+                "target_reached": summary["target_reached"],
+                "profile": {name: row["share"] for name, row in profile.items() if name != "total"},
+                "overhead_share": round(1.0 - core, 3),
+            }), flush=True)
+
+
+def bench_floor(env_id: str, num_envs: int, steps: int) -> None:
+    """Random actions in the same kind of vector env the trainer builds."""
+    from agile_core.environments import make_vector_env
+    from agile_core.specs.env import GymEnvSpec
+
+    env = make_vector_env(GymEnvSpec(name=env_id, num_envs=num_envs))
+    env.reset(seed=0)
+    env.action_space.seed(0)
+    actions = [env.action_space.sample() for _ in range(64)]
+    started = time.perf_counter()
+    for step in range(steps):
+        env.step(actions[step % 64])
+    wall = time.perf_counter() - started
+    print(json.dumps({"case": "floor", "env": env_id, "num_envs": num_envs, "vector_type": type(env).__name__,
+                      "steps_per_s": round(steps * num_envs / wall)}), flush=True)
+    env.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse arguments and run one benchmark kind."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="kind", required=True)
+    learn = sub.add_parser("learn", help="DQN learn step, one by one vs stacked")
+    learn.add_argument("--pops", type=int, nargs="+", default=[1, 4, 8])
+    learn.add_argument("--repeats", type=int, default=300)
+    learn.add_argument("--batch-size", type=int, default=64)
+    learn.add_argument("--hidden", type=int, default=64)
+    train = sub.add_parser("train", help="whole-process agile train runs")
+    train.add_argument("manifest")
+    train.add_argument("--pops", type=int, nargs="+", default=[1, 4, 8])
+    train.add_argument("--batching", choices=["on", "off", "both"], default="both")
+    train.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    floor = sub.add_parser("floor", help="random actions, no learning")
+    floor.add_argument("env")
+    floor.add_argument("--num-envs", type=int, default=8)
+    floor.add_argument("--steps", type=int, default=20_000)
+    args = parser.parse_args(argv)
+    if args.kind == "learn":
+        bench_learn(args.pops, args.repeats, args.batch_size, args.hidden)
+    elif args.kind == "train":
+        modes = {"on": [True], "off": [False], "both": [True, False]}[args.batching]
+        bench_train(args.manifest, args.pops, modes, args.overrides)
+    else:
+        bench_floor(args.env, args.num_envs, args.steps)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
