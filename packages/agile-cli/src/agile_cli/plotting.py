@@ -20,11 +20,11 @@ FIGURES = ("fitness.png", "hyperparameters.png", "lineage.png")
 
 # Colours of lineage edges by mutation operator; `None` is a clone left unmutated.
 OPERATOR_STYLE: dict[str | None, tuple[str, str]] = {
-    None: ("#444444", "clone, no mutation"),
-    "rl_hp_mut": ("#1f77b4", "hyperparameter"),
-    "arch_mut": ("#ff7f0e", "architecture"),
-    "params_mut": ("#2ca02c", "parameters"),
-    "act_mut": ("#9467bd", "activation"),
+    None: ("#444444", "clone, not mutated"),
+    "rl_hp_mut": ("#1f77b4", "clone + hyperparameter mutation"),
+    "arch_mut": ("#ff7f0e", "clone + architecture mutation"),
+    "params_mut": ("#2ca02c", "clone + weight noise"),
+    "act_mut": ("#9467bd", "clone + activation mutation"),
 }
 
 
@@ -258,14 +258,15 @@ def plot_hyperparameters(history: RunHistory, path: Path) -> None:
 def plot_lineage(history: RunHistory, path: Path) -> None:
     """The lineage tree: a node per agent and generation (x: generation, y: slot, colour: fitness,
     label: agent id); edges from each agent to the one it continues (dashed: the same agent kept)
-    or was cloned from (solid, coloured by the mutation applied and labelled with it)."""
+    or was cloned from (an arrow coloured by the mutation applied; the mutation is written above
+    the clone)."""
     import matplotlib.pyplot as plt
     from matplotlib.colors import Normalize
     from matplotlib.lines import Line2D
 
     gens = history.generations
     slots = max((int(a.get("slot", 0)) for r in gens for a in r["agents"]), default=0) + 1
-    fig, ax = plt.subplots(figsize=(max(8.0, 0.9 * len(gens) + 2), max(3.5, 0.8 * slots + 1.5)),
+    fig, ax = plt.subplots(figsize=(min(max(8.0, 1.05 * len(gens) + 3), 40.0), max(4.0, 1.1 * slots + 2.2)),
                            layout="constrained")
     fitness = [a["fitness"] for r in gens for a in r["agents"] if a.get("fitness") is not None]
     norm = Normalize(min(fitness, default=0.0), max(fitness, default=1.0))
@@ -281,7 +282,7 @@ def plot_lineage(history: RunHistory, path: Path) -> None:
                 source, kept = link
                 x0, y0 = gens[position - 1]["generation"], int(source.get("slot", 0))
                 operator = None if kept else agent.get("operator")
-                colour, meaning = OPERATOR_STYLE.get(operator, ("#d62728", str(operator)))
+                colour, meaning = OPERATOR_STYLE.get(operator, ("#d62728", f"clone + {operator}"))
                 if kept:
                     ax.plot([x0, x], [y0, y], color="#aaaaaa", linestyle="--", linewidth=1.0, zorder=1)
                 else:
@@ -291,9 +292,9 @@ def plot_lineage(history: RunHistory, path: Path) -> None:
                                             "shrinkA": 7, "shrinkB": 7})
                     text = agent.get("mutation")
                     if label_edges and text and text != "None":
-                        ax.text((x0 + x) / 2, (y0 + y) / 2, _short(text), fontsize=6, color=colour,
-                                ha="center", va="bottom", zorder=4,
-                                bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.7})
+                        ax.text(x, y - 0.27, _short(text), fontsize=6, color=colour, ha="center", va="bottom",
+                                zorder=4, bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none",
+                                                "alpha": 0.8})
             score = agent.get("fitness")
             elite = agent["id"] == record.get("elite_id")
             ax.scatter([x], [y], s=260, zorder=2, color=cmap(norm(score)) if score is not None else "#cccccc",
@@ -301,13 +302,13 @@ def plot_lineage(history: RunHistory, path: Path) -> None:
             ax.text(x, y, str(agent["id"]), fontsize=7, ha="center", va="center", zorder=3,
                     color="white" if score is not None and norm(score) < 0.6 else "black")
     handles = [Line2D([], [], color="#aaaaaa", linestyle="--", label="same agent kept (elite)")]
-    handles += [Line2D([], [], color=c, linewidth=1.5, label=f"cloned: {m}") for c, m in used.values()]
+    handles += [Line2D([], [], color=c, linewidth=1.5, label=m) for c, m in used.values()]
     handles.append(Line2D([], [], marker="o", color="white", markeredgecolor="red", markeredgewidth=2,
                           markersize=10, label="elite of the generation"))
     fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 4), fontsize=8)
     fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, label="fitness")
     ax.set_yticks(range(slots))
-    ax.set_ylim(slots - 0.5, -0.5)
+    ax.set_ylim(slots - 0.5, -0.75)
     ax.set_ylabel("population slot")
     ax.set_xlabel("generation")
     if len(gens) <= 40:
@@ -318,5 +319,5 @@ def plot_lineage(history: RunHistory, path: Path) -> None:
     plt.close(fig)
 
 
-def _short(text: str, limit: int = 22) -> str:
+def _short(text: str, limit: int = 18) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
