@@ -206,7 +206,7 @@ class RainbowDQN(SingleAgentAlgorithm):
         self.actor_target.requires_grad_(False)
 
         self.register_network_group("actor", "actor_target")
-        self.register_optimizer("optimizer", ["actor"], "lr")
+        self.register_optimizer("optimizer", ["actor"], "lr", foreach=True)
         self.reset_noise()
 
     def set_hyperparameter(self, name: str, value: Any) -> None:
@@ -242,10 +242,12 @@ class RainbowDQN(SingleAgentAlgorithm):
         allowed) restricts the choice; every row needs an allowed action.
         """
         del epsilon
-        self.actor.train(training)
+        if not training:
+            self.actor.eval()
         with torch.no_grad():
             q_values = self.actor(self._observation(obs), "q")
-        self.actor.train()
+        if not self.actor.training:
+            self.actor.train()
         q_values = q_values.reshape(-1, self.num_actions)
         if action_mask is not None:
             allowed = np.asarray(action_mask, dtype=bool).reshape(q_values.shape[0], self.num_actions)
@@ -265,8 +267,9 @@ class RainbowDQN(SingleAgentAlgorithm):
         transitions (``n_step_memory.sample_from_indices(batch.indices)``): its loss replaces the
         1-step loss, or is added to it with ``combined_reward``.
         """
-        self.actor.train()
-        self.actor_target.train()
+        for network in (self.actor, self.actor_target):
+            if not network.training:
+                network.train()
         weights = getattr(experiences, "weights", None)
         if n_experiences is None:
             per_sample = self._distribution_loss(experiences)
@@ -329,8 +332,7 @@ class RainbowDQN(SingleAgentAlgorithm):
         Noise buffers are left alone: the target network keeps its own noise draw.
         """
         with torch.no_grad():
-            for online, target in zip(self.actor.parameters(), self.actor_target.parameters(), strict=True):
-                target.lerp_(online, self.tau)
+            torch._foreach_lerp_(list(self.actor_target.parameters()), list(self.actor.parameters()), self.tau)
 
     # ------------------------------------------------------------------ evaluation
     def test(self, env: gym.Env | VectorEnv, swap_channels: bool = False, max_steps: int | None = None,
