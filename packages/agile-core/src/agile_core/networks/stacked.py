@@ -19,7 +19,7 @@ from __future__ import annotations
 import copy
 import json
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -28,8 +28,18 @@ from torch import nn
 from agile_core.networks.base import EvolvableModule
 from agile_core.networks.layers import DenseBlock
 
-__all__ = ["FlatParameters", "NotStackableError", "StackedDenseBlock", "StackedLayerNorm", "StackedLinear", "architecture_key",
-           "copy_to_members", "stack_modules"]
+__all__ = [
+    "FlatParameters",
+    "NotStackableError",
+    "StackedDenseBlock",
+    "StackedLayerNorm",
+    "StackedLinear",
+    "architecture_key",
+    "copy_to_members",
+    "member_layout",
+    "member_parameters",
+    "stack_modules",
+]
 
 
 class NotStackableError(TypeError):
@@ -48,37 +58,41 @@ def _stack(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.stack([t.detach() for t in tensors]).clone()
 
 
-def _per_member(value: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """Reshape a ``[P, k]`` (or ``[P]``) tensor to broadcast over ``like``'s ``[P, ..., k]``."""
-    middle = like.dim() - value.dim()
-    return value.reshape(value.shape[0], *([1] * middle), *value.shape[1:])
-
-
 def _flatten_middle(x: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...]]:
     """``[P, *batch, k] -> [P, prod(batch), k]``, with the batch shape to restore."""
     return x.reshape(x.shape[0], -1, x.shape[-1]), tuple(x.shape[1:-1])
 
 
 class StackedLinear(nn.Module):
-    """``P`` linear layers: ``[P, ..., in] -> [P, ..., out]`` with one batched matmul."""
+    """``P`` linear layers: ``[P, ..., in] -> [P, ..., out]`` with one batched matmul.
+
+    Weights are kept in the layout the matmul reads (``weight`` ``[P, in, out]``, ``bias``
+    ``[P, 1, out]``), so a forward pass is a single ``baddbmm``; :meth:`member_layout` maps
+    them to the members' ``[out, in]`` and ``[out]``.
+    """
 
     def __init__(self, layers: Sequence[nn.Linear]) -> None:
         super().__init__()
-        self.weight = nn.Parameter(_stack([layer.weight for layer in layers]))
-        self.bias = nn.Parameter(_stack([layer.bias for layer in layers])) if layers[0].bias is not None else None
+        self.weight = nn.Parameter(_stack([layer.weight.t() for layer in layers]))
+        self.bias = nn.Parameter(_stack([layer.bias.unsqueeze(0) for layer in layers])) \
+            if layers[0].bias is not None else None
+
+    @staticmethod
+    def member_layout(name: str, tensor: torch.Tensor) -> torch.Tensor:
+        """A view of a stacked ``weight``/``bias``-shaped tensor in the members' layout."""
+        return tensor.transpose(1, 2) if name == "weight" else tensor.squeeze(1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Apply member ``p``'s layer to ``x[p]``."""
-        flat, batch = _flatten_middle(x)
+        if x.dim() != 3:
+            return self.forward(_flatten_middle(x)[0]).reshape(*x.shape[:-1], self.weight.shape[-1])
         if self.bias is None:
-            out = torch.bmm(flat, self.weight.transpose(1, 2))
-        else:
-            out = torch.baddbmm(self.bias.unsqueeze(1), flat, self.weight.transpose(1, 2))
-        return out.reshape(x.shape[0], *batch, out.shape[-1])
+            return torch.bmm(x, self.weight)
+        return torch.baddbmm(self.bias, x, self.weight)
 
 
 class StackedLayerNorm(nn.Module):
-    """``P`` LayerNorms over the last dimension (same eps; per-member gain and bias)."""
+    """``P`` LayerNorms over the last dimension (same eps; per-member gain and bias ``[P, 1, n]``)."""
 
     def __init__(self, norms: Sequence[nn.LayerNorm]) -> None:
         super().__init__()
@@ -87,15 +101,22 @@ class StackedLayerNorm(nn.Module):
             raise NotStackableError("only affine LayerNorms over the last dimension stack")
         self.normalized_shape = tuple(first.normalized_shape)
         self.eps = float(first.eps)
-        self.weight = nn.Parameter(_stack([norm.weight for norm in norms]))
-        self.bias = nn.Parameter(_stack([norm.bias for norm in norms])) if first.bias is not None else None
+        self.weight = nn.Parameter(_stack([norm.weight.unsqueeze(0) for norm in norms]))
+        self.bias = nn.Parameter(_stack([norm.bias.unsqueeze(0) for norm in norms])) if first.bias is not None else None
+
+    @staticmethod
+    def member_layout(name: str, tensor: torch.Tensor) -> torch.Tensor:
+        """A view of a stacked gain/bias-shaped tensor in the members' ``[n]`` layout."""
+        return tensor.squeeze(1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Normalise each member's rows, then apply that member's gain and bias."""
+        if x.dim() != 3:
+            return self.forward(_flatten_middle(x)[0]).reshape(x.shape)
         normalised = F.layer_norm(x, self.normalized_shape, eps=self.eps)
         if self.bias is None:
-            return normalised * _per_member(self.weight, x)
-        return torch.addcmul(_per_member(self.bias, x), normalised, _per_member(self.weight, x))
+            return normalised * self.weight
+        return torch.addcmul(self.bias, normalised, self.weight)
 
 
 class StackedDenseBlock(nn.Module):
@@ -112,20 +133,25 @@ class StackedDenseBlock(nn.Module):
         self.activation = _stateless(first.activation)
         self.residual = first.residual
         if self.residual:
-            self.register_buffer("shortcut", _stack([block.shortcut for block in blocks]))
-            self.gate = nn.Parameter(_stack([block.gate for block in blocks]))
+            self.register_buffer("shortcut", _stack([block.shortcut.t() for block in blocks]))
+            self.gate = nn.Parameter(_stack([block.gate.reshape(1, 1) for block in blocks]))
+
+    @staticmethod
+    def member_layout(name: str, tensor: torch.Tensor) -> torch.Tensor:
+        """The gate ``[P, 1, 1]`` as the members' scalars ``[P]``."""
+        return tensor.reshape(tensor.shape[0])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Member ``p``'s block applied to ``x[p]``."""
+        if x.dim() != 3:
+            return self.forward(_flatten_middle(x)[0]).reshape(*x.shape[:-1], -1)
         y = self.main(x)
         if self.norm is not None:
             y = self.norm(y)
         y = self.activation(y)
         if not self.residual:
             return y
-        flat, batch = _flatten_middle(x)
-        shortcut = torch.bmm(flat, self.shortcut.transpose(1, 2)).reshape(x.shape[0], *batch, -1)
-        return shortcut + _per_member(self.gate, y) * y
+        return torch.bmm(x, self.shortcut) + self.gate * y
 
 
 def _stateless(module: nn.Module) -> nn.Module:
@@ -186,10 +212,21 @@ def stack_modules(members: Sequence[nn.Module]) -> nn.Module:
         raise NotStackableError("the members live on different devices")
     stacked = _stacked_container(members)
     for name, member_param in members[0].named_parameters():
-        stacked_param = stacked.get_parameter(name)
+        stacked_param = member_layout(stacked, name)(stacked.get_parameter(name))
         if tuple(stacked_param.shape[1:]) != tuple(member_param.shape):
             raise NotStackableError(f"parameter {name} does not line up with the members'")
     return stacked
+
+
+def member_layout(stacked: nn.Module, name: str) -> Callable[[torch.Tensor], torch.Tensor]:
+    """How to view a tensor shaped like stacked parameter `name` in the members' layout
+    (``[P, *member_shape]``); identity for layers that store weights as the members do."""
+    module_name, _, leaf = name.rpartition(".")
+    module = stacked.get_submodule(module_name) if module_name else stacked
+    layout = getattr(module, "member_layout", None)
+    if layout is None:
+        return lambda tensor: tensor
+    return lambda tensor: layout(leaf, tensor)
 
 
 class FlatParameters:
@@ -204,7 +241,9 @@ class FlatParameters:
     """
 
     def __init__(self, stacked: nn.Module, with_grad: bool = True) -> None:
-        self.params = list(stacked.parameters())
+        named = list(stacked.named_parameters())
+        self.params = [param for _, param in named]
+        self.layouts = [member_layout(stacked, name) for name, _ in named]
         if not self.params:
             raise NotStackableError("the stacked module has no parameters")
         like = self.params[0]
@@ -229,9 +268,10 @@ class FlatParameters:
             self.grad.zero_()
 
     def slice(self, tensor: torch.Tensor, index: int) -> torch.Tensor:
-        """The part of a ``[P, D]`` tensor that belongs to parameter `index`, shaped ``[P, *shape]``."""
+        """The part of a ``[P, D]`` tensor that belongs to parameter `index`, as a view shaped
+        like the members' parameter: ``[P, *member_shape]``."""
         begin, end = self.spans[index]
-        return tensor[:, begin:end].view(self.params[index].shape)
+        return self.layouts[index](tensor[:, begin:end].view(self.params[index].shape))
 
 
 # The gradients above are strided views of one buffer by design; autograd accumulates into them
@@ -240,10 +280,11 @@ warnings.filterwarnings("ignore", message="grad and param do not obey the gradie
 
 
 def member_parameters(stacked: nn.Module, members: Sequence[nn.Module]) -> Iterator[tuple[torch.Tensor, list[torch.Tensor]]]:
-    """Pairs (stacked parameter, the members' parameters it holds), matched by name."""
+    """Pairs (stacked parameter viewed ``[P, *member_shape]``, the members' parameters it holds),
+    matched by name."""
     member_params = [dict(member.named_parameters()) for member in members]
     for name, param in stacked.named_parameters():
-        yield param, [params[name] for params in member_params]
+        yield member_layout(stacked, name)(param), [params[name] for params in member_params]
 
 
 def copy_to_members(stacked: nn.Module, members: Sequence[nn.Module]) -> None:
