@@ -6,7 +6,14 @@ Each case prints one JSON line, so runs can be compared over time:
     OMP_NUM_THREADS=1 uv run python benchmarks/run_manifests.py --floor CartPole-v1 --num-envs 8
 
 Each manifest trains in a fresh subprocess (so peak RSS is its own), with `--set` overrides
-applied (e.g. `--set training.pop_size=1`).
+applied (e.g. `--set training.pop_size=1`; the recurrent-vs-MLP comparison runs
+`ppo_recurrent_cartpole.yaml` again with `--set algorithm.name=PPO
+--set 'network.encoder_config={hidden_size: [64]}'`).
+
+Fields: ``time_to_target_s`` is the wall time of a run that stopped because every agent reached
+``target_score``; ``best_reached_target`` is when the *best* agent first evaluated at or above it
+(env steps over the population and per agent, wall seconds), null if it never did;
+``best_fitness_curve`` is ``[steps per agent, best fitness so far]`` after each generation.
 """
 
 from __future__ import annotations
@@ -20,18 +27,23 @@ import time
 from pathlib import Path
 
 CHILD = """
-import json, resource, sys, time, torch
+import csv, json, os, resource, sys, tempfile, time, torch
 torch.set_num_threads(1)
 from agile_core.overrides import apply_overrides
 from agile_core.specs.manifest import validate_source
 from agile_core.trainer import LocalTrainer
 from agile_core.yaml_source import read_manifest_file
 manifest = validate_source(apply_overrides(read_manifest_file(sys.argv[1]), sys.argv[2:]))
-started = time.perf_counter()
-population, fitnesses = LocalTrainer.from_manifest(manifest).train(verbose=False)
+metrics = os.path.join(tempfile.mkdtemp(prefix="agile-bench-"), "metrics.csv")
+started, started_epoch = time.perf_counter(), time.time()
+population, fitnesses = LocalTrainer.from_manifest(manifest).train(verbose=False, csv_path=metrics)
 wall = time.perf_counter() - started
 steps = sum(agent.steps for agent in population)
 target = manifest.training.target_score
+pop_size = manifest.training.pop_size
+curve = [(int(row["step"]), float(row["value"]), float(row["wall_time"]))
+         for row in csv.DictReader(open(metrics)) if row["name"] == "eval/best_fitness"]
+first = next(((s, t) for s, v, t in curve if target is not None and v >= target), None)
 print(json.dumps({
     "manifest": sys.argv[1], "overrides": sys.argv[2:], "algorithm": manifest.algorithm.name,
     "env": manifest.environment.name, "pop_size": manifest.training.pop_size,
@@ -40,6 +52,9 @@ print(json.dumps({
     "target": target, "target_reached": target is not None and min(fitnesses) >= target,
     "time_to_target_s": round(wall, 2) if target is not None and min(fitnesses) >= target else None,
     "steps_per_agent": max(agent.steps for agent in population),
+    "best_reached_target": None if first is None else {
+        "env_steps": first[0], "steps_per_agent": first[0] // pop_size, "wall_s": round(first[1] - started_epoch, 2)},
+    "best_fitness_curve": [[s // pop_size, round(v, 1)] for s, v, _ in curve],
     "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
 }))
 """
