@@ -151,8 +151,7 @@ class DQN(SingleAgentAlgorithm):
     def epsilon_greedy(self, q_values: torch.Tensor, epsilon: float, action_mask: Any = None) -> np.ndarray:
         """Actions ``[rows]`` from Q values ``[rows, n]``: greedy, or uniform with probability `epsilon`.
 
-        Draws from the agent's ``rng`` exactly as :meth:`get_action` does (the population-batched
-        loop computes the Q values of all agents at once and calls this per agent).
+        Draws from the agent's ``rng`` exactly as :meth:`get_action` does.
         """
         q_values = q_values.reshape(-1, self.num_actions)
         rows = q_values.shape[0]
@@ -162,8 +161,14 @@ class DQN(SingleAgentAlgorithm):
             if not allowed.any(axis=1).all():
                 raise ValueError("action_mask leaves no allowed action for some sub-environment")
             q_values = q_values.masked_fill(~torch.as_tensor(allowed, device=q_values.device), -torch.inf)
-        greedy = q_values.argmax(dim=-1).cpu().numpy()
+        return self.explore(q_values.argmax(dim=-1).cpu().numpy(), epsilon, allowed)
 
+    def explore(self, greedy: np.ndarray, epsilon: float, allowed: np.ndarray | None = None) -> np.ndarray:
+        """Replace each greedy action ``[rows]`` (0-based) by a uniform random one (among the
+        `allowed` ones, when given) with probability `epsilon`; return env actions (int64, with
+        the space's ``start``). The population-batched loop computes every agent's greedy actions
+        at once and calls this per agent."""
+        rows = greedy.shape[0]
         explore = self.rng.random(rows) < epsilon
         if allowed is None:
             random_actions = self.rng.integers(self.num_actions, size=rows)

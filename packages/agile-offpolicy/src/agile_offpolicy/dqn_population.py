@@ -76,11 +76,13 @@ class DQNGroup:
         members = len(self.members)
         obs_tensor = torch.as_tensor(np.asarray(obs), device=self.device)
         q_values = self.q_values(obs_tensor.reshape(members, -1, *obs_tensor.shape[1:]))
-        masks = None if action_masks is None else np.asarray(action_masks).reshape(members, q_values.shape[1], -1)
-        return np.concatenate([
-            member.epsilon_greedy(q_values[index], epsilons[index], None if masks is None else masks[index])
-            for index, member in enumerate(self.members)
-        ])
+        if action_masks is not None:
+            masks = np.asarray(action_masks).reshape(members, q_values.shape[1], -1)
+            return np.concatenate([member.epsilon_greedy(q_values[index], epsilons[index], masks[index])
+                                   for index, member in enumerate(self.members)])
+        greedy = q_values.argmax(dim=-1).cpu().numpy()
+        return np.concatenate([member.explore(greedy[index], epsilons[index])
+                               for index, member in enumerate(self.members)])
 
     # ------------------------------------------------------------------ learning
     def sample(self, memory: ReplayBuffer, active: Sequence[bool]) -> tuple[Any, ...]:
