@@ -33,7 +33,7 @@ def train_pendulum(seed: int, max_steps: int) -> tuple[float, float]:
 
 @pytest.mark.learning
 def test_ppo_improves_on_pendulum():
-    """From about -1200 (untrained) to better than -800 in 61k steps; the full benchmark reaches
+    """From about -1,400 (untrained) to better than -800 in 61k steps; the full benchmark reaches
     -400 with the population manifest (docs/paradigms/on-policy.md)."""
     before, after = train_pendulum(seed=0, max_steps=61_440)
     assert before < -1000, before
