@@ -25,6 +25,7 @@ from agile_core.networks.stacked import (
     stack_modules,
 )
 from agile_core.networks.stacked_adam import StackedAdam, clip_flat_grad_norm
+from agile_core.training.population import pad_index_batches
 from agile_offpolicy.buffers import ReplayBuffer
 from agile_offpolicy.dqn import DQN
 
@@ -89,20 +90,11 @@ class DQNGroup:
         """One batch per active member, drawn with the member's own RNG exactly as the one-by-one
         loop draws it, gathered in one call and laid out ``[P, max_batch, ...]`` (padded rows
         repeat row 0 and carry zero loss weight)."""
-        sizes = [m.batch_size if on else 0 for m, on in zip(self.members, active, strict=True)]
-        indices = [memory.sample_indices(size, getattr(m, "rng", None)) if size else np.zeros(0, dtype=np.int64)
-                   for m, size in zip(self.members, sizes, strict=True)]
-        width = max(sizes)
-        padded = np.zeros((len(self.members), width), dtype=np.int64)
-        weights = np.zeros((len(self.members), width), dtype=np.float32)
-        flat = np.concatenate([idx for idx in indices if idx.size])
-        padded[:] = flat[0]
-        for row, idx in enumerate(indices):
-            padded[row, : idx.size] = idx
-            if idx.size:
-                weights[row, : idx.size] = 1.0 / idx.size
+        indices = [memory.sample_indices(m.batch_size, getattr(m, "rng", None)) if on else np.zeros(0, dtype=np.int64)
+                   for m, on in zip(self.members, active, strict=True)]
+        padded, weights = pad_index_batches(indices)
         batch = memory.sample_from_indices(padded.reshape(-1))
-        shape = (len(self.members), width)
+        shape = padded.shape
         obs, action, reward, next_obs, done = (
             _unflatten(field, shape) for field in (batch.obs, batch.action, batch.reward, batch.next_obs, batch.done))
         return obs, action, reward, next_obs, done, torch.as_tensor(weights, device=self.device)

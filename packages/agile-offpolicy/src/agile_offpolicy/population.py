@@ -19,6 +19,7 @@ from agile_core.networks.stacked import NotStackableError, architecture_key
 from agile_core.training import EpisodeTracker, EpsilonSchedule, swap_image_channels
 from agile_core.training.evaluation import evaluate_population_batched
 from agile_core.training.generations import PhaseResult
+from agile_core.training.population import agent_rows, group_by_architecture
 from agile_core.training.profiling import PROFILER
 from agile_offpolicy.buffers import ReplayBuffer
 from agile_offpolicy.dqn import DQN
@@ -43,10 +44,7 @@ def can_batch(population: Sequence[Any], memory: Any) -> bool:
 
 def make_groups(population: Sequence[DQN]) -> list[tuple[list[int], DQNGroup]]:
     """Agents grouped by architecture (slot order kept within a group), each group stacked."""
-    by_key: dict[str, list[int]] = {}
-    for slot, agent in enumerate(population):
-        by_key.setdefault(architecture_key(agent.actor), []).append(slot)
-    return [(slots, DQNGroup([population[slot] for slot in slots])) for slots in by_key.values()]
+    return group_by_architecture(population, lambda agent: architecture_key(agent.actor), DQNGroup)
 
 
 def _act(groups: list[tuple[list[int], DQNGroup]], obs: np.ndarray, epsilons: Sequence[float], num_envs: int,
@@ -55,13 +53,10 @@ def _act(groups: list[tuple[list[int], DQNGroup]], obs: np.ndarray, epsilons: Se
     if len(groups) == 1 and len(groups[0][0]) == agents:
         return groups[0][1].act(obs, epsilons, masks)
     actions = np.empty(agents * num_envs, dtype=np.int64)
-    per_agent_obs = obs.reshape(agents, num_envs, *obs.shape[1:])
-    per_agent_masks = None if masks is None else np.asarray(masks).reshape(agents, num_envs, -1)
+    masks = None if masks is None else np.asarray(masks)
     for slots, group in groups:
-        group_obs = per_agent_obs[slots].reshape(-1, *obs.shape[1:])
-        group_masks = None if per_agent_masks is None else per_agent_masks[slots].reshape(-1, per_agent_masks.shape[-1])
-        chosen = group.act(group_obs, [epsilons[slot] for slot in slots], group_masks).reshape(len(slots), num_envs)
-        actions.reshape(agents, num_envs)[slots] = chosen
+        rows = agent_rows(slots, num_envs)
+        actions[rows] = group.act(obs[rows], [epsilons[slot] for slot in slots], None if masks is None else masks[rows])
     return actions
 
 

@@ -121,9 +121,10 @@ class StackedAdam:
                 }
 
 
-def clip_flat_grad_norm(flat: FlatParameters, max_norm: float) -> torch.Tensor:
+def clip_flat_grad_norm(flat: FlatParameters, max_norm: float | torch.Tensor) -> torch.Tensor:
     """Per-member ``clip_grad_norm_`` on the flat gradients (in place); return the ``[P]`` norms
-    before clipping."""
+    before clipping. `max_norm` is one threshold for all members or a ``[P]`` tensor of each
+    member's own."""
     assert flat.grad is not None
     norms = torch.linalg.vector_norm(flat.grad, dim=1)
     flat.grad.mul_((max_norm / (norms + 1e-6)).clamp(max=1.0).unsqueeze(1))

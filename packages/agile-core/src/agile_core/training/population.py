@@ -1,0 +1,57 @@
+"""Pieces every population-batched loop shares (off-policy DQN, on-policy PPO).
+
+A *population env* gives agent ``p`` the consecutive sub-envs ``[p * n, (p + 1) * n)``. Agents
+whose networks have the same architecture form a *group* that acts and learns as one stacked
+computation (see :mod:`agile_core.networks.stacked`); the helpers here build those groups, pick a
+group's rows out of the population's arrays, and lay out per-member index batches of different
+sizes as one padded ``[P, width]`` block with loss weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+
+__all__ = ["agent_rows", "group_by_architecture", "pad_index_batches"]
+
+GroupT = TypeVar("GroupT")
+
+
+def group_by_architecture(population: Sequence[Any], key: Callable[[Any], str],
+                          build: Callable[[list[Any]], GroupT]) -> list[tuple[list[int], GroupT]]:
+    """``[(slots, group)]``: the agents split by ``key(agent)`` (slot order kept within a group,
+    groups in order of their first slot), each set built into one group by `build`."""
+    by_key: dict[str, list[int]] = {}
+    for slot, agent in enumerate(population):
+        by_key.setdefault(key(agent), []).append(slot)
+    return [(slots, build([population[slot] for slot in slots])) for slots in by_key.values()]
+
+
+def agent_rows(slots: Sequence[int], per_agent: int) -> np.ndarray:
+    """Indices of the population-env rows owned by the agents in `slots` (in that order)."""
+    base = np.asarray(slots, dtype=np.int64)[:, None] * per_agent
+    return (base + np.arange(per_agent, dtype=np.int64)).reshape(-1)
+
+
+def pad_index_batches(indices: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """One ``[P, width]`` block from `P` index arrays of different lengths (empty for an idle member).
+
+    Returns ``(padded, weights)``: ``padded[p, :len_p]`` is member ``p``'s indices and the rest
+    repeats the first index of the first non-empty array (so every entry is a valid index);
+    ``weights[p, :len_p] = 1 / len_p`` and 0 elsewhere, so a weighted row sum of per-row losses
+    is each member's mean over its own batch.
+    """
+    sizes = [int(idx.size) for idx in indices]
+    width = max(sizes)
+    if width == 0:
+        raise ValueError("every index batch is empty")
+    fill = next(idx.reshape(-1)[0] for idx in indices if idx.size)
+    padded = np.full((len(indices), width), fill, dtype=np.int64)
+    weights = np.zeros((len(indices), width), dtype=np.float32)
+    for row, (idx, size) in enumerate(zip(indices, sizes, strict=True)):
+        if size:
+            padded[row, :size] = idx.reshape(-1)
+            weights[row, :size] = 1.0 / size
+    return padded, weights
