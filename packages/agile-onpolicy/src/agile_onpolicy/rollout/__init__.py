@@ -6,7 +6,11 @@ from agile_onpolicy.rollout.advantages import (
     normalize_advantages,
 )
 from agile_onpolicy.rollout.batches import RecurrentBatch, RolloutBatch
-from agile_onpolicy.rollout.buffer import RolloutBuffer, TruncationBootstrap
+from agile_onpolicy.rollout.buffer import (
+    RolloutBuffer,
+    TruncationBootstrap,
+    compute_returns_and_advantages_together,
+)
 from agile_onpolicy.rollout.sequences import (
     SEQUENCE_TYPES,
     SequencePlan,
@@ -26,6 +30,7 @@ __all__ = [
     "TruncationBootstrap",
     "compute_gae",
     "compute_monte_carlo",
+    "compute_returns_and_advantages_together",
     "normalize_advantages",
     "plan_sequences",
 ]

@@ -49,10 +49,12 @@ def compute_gae(
     truncation_values: torch.Tensor,
     valid: torch.Tensor,
     last_value: torch.Tensor,
-    gamma: float,
-    gae_lambda: float,
+    gamma: float | torch.Tensor,
+    gae_lambda: float | torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalised advantage estimation; returns ``(advantages, returns)`` of shape ``[T, N]``.
+
+    ``gamma`` and ``gae_lambda`` are scalars or float64 ``[N]`` tensors (one per environment).
 
     ``A_t = delta_t + gamma * lambda * c_t * A_{t+1}`` with
     ``delta_t = r_t + gamma * b_t - V_t``, ``b_t`` the bootstrap target (see module

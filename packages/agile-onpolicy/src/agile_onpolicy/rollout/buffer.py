@@ -67,7 +67,7 @@ During BPTT the policy replays each :class:`RecurrentBatch` from its
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -84,7 +84,7 @@ from agile_onpolicy.rollout.hidden import HiddenShapes, HiddenStateStore
 from agile_onpolicy.rollout.sequences import SequenceType, plan_sequences
 from agile_onpolicy.rollout.storage import TensorTree, allocate, as_tensor, map_tree, write_row
 
-__all__ = ["RolloutBuffer", "TruncationBootstrap"]
+__all__ = ["RolloutBuffer", "TruncationBootstrap", "compute_returns_and_advantages_together"]
 
 TruncationBootstrap = Literal["explicit", "autoreset_row"]
 
@@ -289,7 +289,63 @@ class RolloutBuffer:
             self.set_truncation_values(row, trunc_t & ~term_t, final_value)
         return row
 
-    def _write_action_mask(self, row: int, action_mask: Any) -> None:
+    def extend(
+        self,
+        obs: Any,
+        action: Any,
+        reward: Any,
+        terminated: Any,
+        truncated: Any,
+        value: Any,
+        log_prob: Any,
+        valid: Any,
+        final_value: Any = None,
+        action_mask: Any = None,
+    ) -> slice:
+        """Write ``k`` consecutive vector steps at once and return the rows written.
+
+        The same as ``k`` calls of :meth:`add` (with ``episode_start`` derived), one per
+        leading index of the arguments, which all have leading dimensions ``[k, num_envs]``;
+        ``final_value``, when given, is used where a row truncated without terminating.
+        Loops that collect many steps before learning write them here in one go instead of
+        paying ``add``'s per-call cost at every step. Feed-forward buffers only: a recurrent
+        buffer needs each step's hidden state (:meth:`add`).
+        """
+        if self._hidden is not None:
+            raise ValueError("extend writes feed-forward rollouts; a recurrent buffer needs add() with each hidden state")
+        count = int(np.shape(reward)[0])
+        if not 0 < count <= self.num_steps - self._pos:
+            raise RuntimeError(f"cannot write {count} steps: {self.num_steps - self._pos} rows left in the buffer")
+        rows = slice(self._pos, self._pos + count)
+        valid_t = as_tensor(valid, self.valid[rows], "valid")
+        term_t = as_tensor(terminated, self.terminations[rows], "terminated")
+        trunc_t = as_tensor(truncated, self.truncations[rows], "truncated")
+        write_row(self.observations, rows, obs, "obs")
+        write_row(self.actions, rows, action, "action")
+        self.rewards[rows] = as_tensor(reward, self.rewards[rows], "reward")
+        self.values[rows] = as_tensor(value, self.values[rows], "value")
+        self.log_probs[rows] = as_tensor(log_prob, self.log_probs[rows], "log_prob")
+        self.terminations[rows], self.truncations[rows], self.valid[rows] = term_t, trunc_t, valid_t
+        ends = ~valid_t | term_t | trunc_t  # the next row begins an episode
+        self.episode_starts[rows] = valid_t & torch.cat([self._next_episode_start[None], ends[:-1]])
+        self._next_episode_start = ends[-1].clone()
+        bootstrap = trunc_t & ~term_t
+        if final_value is None:
+            self.truncation_values[rows] = 0.0
+            self._has_truncation_value[rows] = False
+        else:
+            given = as_tensor(final_value, self.truncation_values[rows], "final_value")
+            self.truncation_values[rows] = torch.where(bootstrap, given, torch.zeros_like(given))
+            self._has_truncation_value[rows] = bootstrap
+        if action_mask is not None:
+            self._write_action_mask(rows, action_mask)
+        elif self.action_masks is not None:
+            self.action_masks[rows] = True
+        self._pos += count
+        self._computed = False
+        return rows
+
+    def _write_action_mask(self, row: int | slice, action_mask: Any) -> None:
         """Store `action_mask` at `row`, allocating the mask storage (all allowed) on first use."""
         if self._mask_size is None:
             raise ValueError(f"action masks apply to Discrete and MultiDiscrete action spaces, not {self.action_space}")
@@ -355,6 +411,24 @@ class RolloutBuffer:
         observation under next-step autoreset), or from ``last_value`` on the last
         row. Missing values raise :class:`ValueError`.
         """
+        rewards, values, term, trunc, trunc_values, valid, last_v = self._estimator_inputs(
+            last_value, last_done, truncation_bootstrap
+        )
+        if self.use_gae:
+            adv, ret = compute_gae(
+                rewards, values, term, trunc, trunc_values, valid, last_v, self.gamma, self.gae_lambda
+            )
+        else:
+            adv, ret = compute_monte_carlo(
+                rewards, values, term, trunc, trunc_values, valid, last_v, self.gamma
+            )
+        self._store_estimates(adv, ret)
+
+    def _estimator_inputs(
+        self, last_value: Any, last_done: Any, truncation_bootstrap: TruncationBootstrap
+    ) -> tuple[torch.Tensor, ...]:
+        """Check the stored rows and return what the estimators take: ``(rewards, values,
+        terminations, truncations, truncation_values, valid, last_value)``."""
         n = self._pos
         if n == 0:
             raise RuntimeError("cannot compute returns of an empty buffer")
@@ -362,29 +436,15 @@ class RolloutBuffer:
             raise ValueError(f"unknown truncation_bootstrap {truncation_bootstrap!r}")
         last_v = self._env_vector(last_value, torch.float32, "last_value")
         valid, term, trunc = self.valid[:n], self.terminations[:n], self.truncations[:n]
-        values = self.values[:n]
-        done = term | trunc
-        self._check_consistency(valid, done, last_done)
+        self._check_consistency(valid, term | trunc, last_done)
         trunc_values = self._truncation_bootstrap(valid, term, trunc, last_v, truncation_bootstrap)
-        if self.use_gae:
-            adv, ret = compute_gae(
-                self.rewards[:n],
-                values,
-                term,
-                trunc,
-                trunc_values,
-                valid,
-                last_v,
-                self.gamma,
-                self.gae_lambda,
-            )
-        else:
-            adv, ret = compute_monte_carlo(
-                self.rewards[:n], values, term, trunc, trunc_values, valid, last_v, self.gamma
-            )
+        return self.rewards[:n], self.values[:n], term, trunc, trunc_values, valid, last_v
+
+    def _store_estimates(self, advantages: torch.Tensor, returns: torch.Tensor) -> None:
+        n = self._pos
         self.advantages.zero_()
         self.returns.zero_()
-        self.advantages[:n], self.returns[:n] = adv, ret
+        self.advantages[:n], self.returns[:n] = advantages, returns
         self._computed = True
 
     def _check_consistency(self, valid: torch.Tensor, done: torch.Tensor, last_done: Any) -> None:
@@ -458,9 +518,6 @@ class RolloutBuffer:
             raise ValueError("batch_size must be >= 1")
         n = self._pos
         adv = self._training_advantages(normalize_advantages).flatten(0, 1)
-        flat_valid = self.valid[:n].reshape(-1).cpu().numpy()
-        order = rng.permutation(np.flatnonzero(flat_valid))
-        stop = len(order) - len(order) % batch_size if drop_last else len(order)
 
         def flat(leaf: torch.Tensor) -> torch.Tensor:
             return leaf[:n].flatten(0, 1)
@@ -469,8 +526,8 @@ class RolloutBuffer:
         actions = map_tree(flat, self.actions)
         log_probs, values, returns = flat(self.log_probs), flat(self.values), flat(self.returns)
         masks = None if self.action_masks is None else flat(self.action_masks)
-        for begin in range(0, stop, batch_size):
-            idx = torch.as_tensor(order[begin : begin + batch_size], device=self.device)
+        for rows in self.minibatch_indices(batch_size, rng, drop_last=drop_last):
+            idx = torch.as_tensor(rows, device=self.device)
             yield RolloutBatch(
                 obs=map_tree(lambda leaf, i=idx: leaf[i], obs),
                 actions=map_tree(lambda leaf, i=idx: leaf[i], actions),
@@ -481,6 +538,23 @@ class RolloutBuffer:
                 indices=idx,
                 action_masks=None if masks is None else masks[idx],
             )
+
+    def minibatch_indices(
+        self, batch_size: int, rng: np.random.Generator, *, drop_last: bool = False
+    ) -> Iterator[np.ndarray]:
+        """The flat row indices (``step * num_envs + env``) of one epoch of :meth:`minibatches`.
+
+        The valid rows are shuffled with `rng` when the first batch is requested (one
+        ``rng.permutation`` call per epoch), so drawing the indices consumes `rng` exactly as
+        drawing the minibatches does.
+        """
+        if batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        flat_valid = self.valid[: self._pos].reshape(-1).cpu().numpy()
+        order = rng.permutation(np.flatnonzero(flat_valid))
+        stop = len(order) - len(order) % batch_size if drop_last else len(order)
+        for begin in range(0, stop, batch_size):
+            yield order[begin : begin + batch_size]
 
     def recurrent_minibatches(
         self,
@@ -571,3 +645,31 @@ def _action_mask_size(space: spaces.Space[Any]) -> int | None:
     if isinstance(space, spaces.MultiDiscrete) and space.nvec.ndim == 1:
         return int(space.nvec.sum())
     return None
+
+
+def compute_returns_and_advantages_together(
+    buffers: Sequence[RolloutBuffer], last_values: Sequence[Any], last_dones: Sequence[Any]
+) -> None:
+    """``buffer.compute_returns_and_advantages(last_value, last_done)`` for every buffer, with one
+    backward GAE recursion for all GAE buffers holding the same number of rows (side by side,
+    each sub-env with its buffer's ``gamma`` and ``gae_lambda``; the same arithmetic, so the
+    same results). Population loops use it to pay the recursion's per-step cost once."""
+    together: dict[tuple[int, torch.device], list[tuple[RolloutBuffer, tuple[torch.Tensor, ...]]]] = {}
+    for buffer, last_value, last_done in zip(buffers, last_values, last_dones, strict=True):
+        if not buffer.use_gae:
+            buffer.compute_returns_and_advantages(last_value, last_done)
+            continue
+        inputs = buffer._estimator_inputs(last_value, last_done, "explicit")
+        together.setdefault((buffer.size, buffer.device), []).append((buffer, inputs))
+    for (_, device), members in together.items():
+        columns = [torch.cat(parts, dim=-1) for parts in zip(*(inputs for _, inputs in members), strict=True)]
+        gamma, gae_lambda = (
+            torch.cat([torch.full((b.num_envs,), getattr(b, name), dtype=torch.float64, device=device)
+                       for b, _ in members])
+            for name in ("gamma", "gae_lambda")
+        )
+        rewards, values, term, trunc, trunc_values, valid, last_v = columns
+        adv, ret = compute_gae(rewards, values, term, trunc, trunc_values, valid, last_v, gamma, gae_lambda)
+        for (buffer, _), a, r in zip(members, adv.split([b.num_envs for b, _ in members], dim=1),
+                                     ret.split([b.num_envs for b, _ in members], dim=1), strict=True):
+            buffer._store_estimates(a, r)

@@ -116,7 +116,7 @@ def as_tensor(value: Any, like: torch.Tensor, name: str) -> torch.Tensor:
     return tensor.to(device=like.device, dtype=like.dtype)
 
 
-def write_row(store: TensorTree, row: int, value: Any, name: str) -> None:
+def write_row(store: TensorTree, row: int | slice, value: Any, name: str) -> None:
     """Copy ``value`` (same nesting as ``store``) into ``store[row]`` in place."""
 
     def _write(leaf: torch.Tensor, val: Any) -> torch.Tensor:
