@@ -44,6 +44,7 @@ from gymnasium.vector import VectorEnv
 
 from agile_core.training.envs import check_next_step_autoreset, swap_image_channels
 from agile_core.training.episodes import EpisodeTracker
+from agile_core.training.profiling import PROFILER
 from agile_onpolicy.ppo import PPO, HiddenStates
 from agile_onpolicy.rollout import RolloutBuffer
 from agile_onpolicy.rollout.hidden import HiddenStateStore
@@ -190,15 +191,18 @@ def collect_rollouts(
 
     for _ in range(num_steps):
         hidden = None
-        action_mask = agent.prepare_action_mask(state.info.get("action_mask"))
-        if agent.recurrent:
-            assert state.hidden is not None
-            hidden = agent.mask_hidden(state.hidden, state.episode_start)
-            action, log_prob, _, value, next_hidden = agent.get_action(state.obs, action_mask, hidden_state=hidden)
-        else:
-            action, log_prob, _, value = agent.get_action(state.obs, action_mask)
-            next_hidden = None
-        next_obs, reward, terminated, truncated, info = env.step(agent.to_env_action(action))
+        with PROFILER.act:
+            action_mask = agent.prepare_action_mask(state.info.get("action_mask"))
+            if agent.recurrent:
+                assert state.hidden is not None
+                hidden = agent.mask_hidden(state.hidden, state.episode_start)
+                action, log_prob, _, value, next_hidden = agent.get_action(state.obs, action_mask, hidden_state=hidden)
+            else:
+                action, log_prob, _, value = agent.get_action(state.obs, action_mask)
+                next_hidden = None
+            env_action = agent.to_env_action(action)
+        with PROFILER.env:
+            next_obs, reward, terminated, truncated, info = env.step(env_action)
         if state.swap_channels:
             next_obs = swap_image_channels(next_obs)
         terminated = np.asarray(terminated, dtype=bool)
@@ -219,8 +223,9 @@ def collect_rollouts(
         state.steps += num_envs
         agent.steps += num_envs
 
-    hidden = agent.mask_hidden(state.hidden, state.episode_start) if agent.recurrent and state.hidden else None
-    last_value = agent.get_value(state.obs, hidden)
-    buffer.gamma, buffer.gae_lambda, buffer.use_gae = agent.gamma, agent.gae_lambda, agent.use_gae
-    buffer.compute_returns_and_advantages(last_value, last_done=state.autoreset)
+    with PROFILER.learn:  # advantages: the learning side, as in the population-batched phase
+        hidden = agent.mask_hidden(state.hidden, state.episode_start) if agent.recurrent and state.hidden else None
+        last_value = agent.get_value(state.obs, hidden)
+        buffer.gamma, buffer.gae_lambda, buffer.use_gae = agent.gamma, agent.gae_lambda, agent.use_gae
+        buffer.compute_returns_and_advantages(last_value, last_done=state.autoreset)
     return state

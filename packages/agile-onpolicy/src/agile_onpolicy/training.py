@@ -18,8 +18,11 @@ from gymnasium.vector import VectorEnv
 from agile_core.hpo.mutation import Mutations
 from agile_core.hpo.protocols import SelectionStrategy
 from agile_core.training import as_vector_env, check_next_step_autoreset, resolve_selection_strategy
+from agile_core.training.envs import population_vector_env
 from agile_core.training.generations import GenerationLoop, PhaseResult
+from agile_core.training.profiling import PROFILER
 from agile_onpolicy.collect import collect_rollouts
+from agile_onpolicy.population import can_batch, collect_and_learn_population, evaluate_batched
 from agile_onpolicy.rollout import RolloutBuffer
 
 __all__ = ["train_on_policy"]
@@ -65,6 +68,7 @@ def train_on_policy(
     resume_from_checkpoint: str | None = None,
     seed: int | None = None,
     csv_path: str | None = None,
+    batch_population: bool = True,
 ) -> tuple[list[Any], list[float]]:
     """Train a population of on-policy agents (PPO) with evolutionary HPO.
 
@@ -105,6 +109,14 @@ def train_on_policy(
         seed: Reseed the environment at fixed points (each phase and evaluation), so a seeded
             run is repeatable and a resumed run matches an uninterrupted one.
         csv_path: Also write every metric to this CSV file (``step,name,value,wall_time`` rows).
+        batch_population: Train the population at once when it can (plain feed-forward PPO agents
+            with Discrete, MultiDiscrete or MultiBinary actions, no `collect_rollouts_fn`, and an
+            env that can be widened: Gymnasium native vector envs and ``SyncVectorEnv``s of
+            fresh-env factories): one vector env with ``len(pop) * num_envs`` sub-envs (agent
+            ``i`` owns the i-th slice), and agents sharing an architecture act and learn as one
+            stacked computation, each with its own rollout length and hyperparameters (see
+            :mod:`agile_onpolicy.population`). Otherwise, or when False, agents train one after
+            the other in `env`.
 
     Returns:
         The population after its last evaluation and each agent's fitness from that evaluation.
@@ -130,7 +142,9 @@ def train_on_policy(
         state = None  # the env was stepped by others since: start from a reset
         while result.vector_steps < vector_steps and not should_stop():
             state = collect(agent, vec_env, buffer, state=state, swap_channels=swap_channels)
-            for key, value in agent.learn(buffer).items():
+            with PROFILER.learn:
+                stats = agent.learn(buffer)
+            for key, value in stats.items():
                 result.losses.setdefault(key, []).append(float(value))
             result.vector_steps += buffer.num_steps
             returns, lengths = state.pop_finished()
@@ -152,5 +166,19 @@ def train_on_policy(
         wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs, csv_path=csv_path, seed=seed,
         swap_channels=swap_channels,
     )
+    population_env = population_vector_env(vec_env, len(pop)) \
+        if batch_population and collect_rollouts_fn is None and can_batch(pop) else None
+    if population_env is not None:
+        def population_phase(agents: list[Any], vector_steps: int, should_stop: Callable[[], bool]) -> list[PhaseResult]:
+            slot_buffers = [_buffer_for(agent, buffers[slot], num_envs) for slot, agent in enumerate(agents)]
+            buffers[:] = slot_buffers
+            return collect_and_learn_population(agents, population_env, slot_buffers, vector_steps, swap_channels,
+                                                should_stop)
+
+        def population_evaluate(agents: list[Any]) -> list[float]:
+            return evaluate_batched(agents, population_env, loop=eval_loop, max_steps=eval_steps,
+                                    swap_channels=swap_channels)
+
+        loop.batch_population(population_phase, population_evaluate, population_env, num_envs)
     return loop.train(resume_from_checkpoint)
 

@@ -1,0 +1,292 @@
+"""Population-batched PPO: a PPOGroup learns and acts exactly like its members one by one, and
+train_on_policy batches the population by default."""
+
+import copy
+import os
+import signal
+import threading
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+
+from agile_core.hpo.hyperparameters import HyperparameterConfig, RLParameter
+from agile_core.hpo.mutation import Mutations
+from agile_core.hpo.selection import TournamentSelection
+from agile_core.networks.stacked import NotStackableError
+from agile_core.training.checkpointing import resume_run
+from agile_core.training.interrupt import TrainingInterrupted
+from agile_core.training.population import agent_rows, pad_index_batches
+from agile_onpolicy import training as training_module
+from agile_onpolicy.population import make_groups
+from agile_onpolicy.ppo import PPO
+from agile_onpolicy.ppo_population import PPOGroup
+from agile_onpolicy.rollout import RolloutBuffer, compute_returns_and_advantages_together
+from agile_onpolicy.training import train_on_policy
+
+torch.set_num_threads(1)
+NET = {"latent_dim": 16, "encoder_config": {"hidden_size": [16]}, "head_config": {"hidden_size": [16]}}
+OBS = spaces.Box(-1.0, 1.0, (5,), np.float32)
+ACTIONS = {"discrete": spaces.Discrete(3), "multidiscrete": spaces.MultiDiscrete([3, 2]),
+           "multibinary": spaces.MultiBinary(3)}
+NUM_ENVS = 4
+# Every member learns differently; the third stops early on its KL target.
+MEMBER_HP = [
+    {"lr": 1e-3, "batch_size": 32, "update_epochs": 2, "clip_coef": 0.2, "ent_coef": 0.0, "max_grad_norm": 0.5},
+    {"lr": 3e-4, "batch_size": 50, "update_epochs": 3, "clip_coef": 0.1, "ent_coef": 0.01, "vf_coef": 1.0,
+     "max_grad_norm": 0.05, "clip_vloss": True, "normalize_advantages": False},
+    {"lr": 2e-2, "batch_size": 64, "update_epochs": 4, "clip_coef": 0.3, "ent_coef": 0.05, "target_kl": 0.02},
+]
+
+
+def members(action_space: spaces.Space, share_encoders: bool = True, net: dict | None = None) -> list[PPO]:
+    return [PPO(OBS, action_space, index=i, seed=i, net_config=net or NET, learn_step=128,
+                share_encoders=share_encoders, **hp) for i, hp in enumerate(MEMBER_HP)]
+
+
+def random_rollout(agent: PPO, seed: int, masked: bool) -> RolloutBuffer:
+    """A full rollout of random observations acted on by `agent` (with episode ends and
+    truncations), its advantages computed."""
+    rng = np.random.default_rng(seed)
+    buffer = agent.create_rollout_buffer(NUM_ENVS)
+    for _ in range(buffer.num_steps):
+        obs = rng.uniform(-1, 1, (NUM_ENVS, 5)).astype(np.float32)
+        mask = None
+        if masked:
+            mask = agent.prepare_action_mask(rng.random((NUM_ENVS, 3)) < 0.7)
+        action, log_prob, _, value = agent.get_action(obs, mask)
+        truncated = rng.random(NUM_ENVS) < 0.05
+        buffer.add(obs, action, rng.normal(size=NUM_ENVS), rng.random(NUM_ENVS) < 0.05, truncated, value, log_prob,
+                   np.ones(NUM_ENVS, dtype=bool), final_value=rng.normal(size=NUM_ENVS), action_mask=mask)
+    buffer.compute_returns_and_advantages(rng.normal(size=NUM_ENVS))
+    return buffer
+
+
+def adam_state(agent: PPO) -> list[tuple[float, torch.Tensor, torch.Tensor]]:
+    params = [p for group in agent.optimizer.param_groups for p in group["params"]]
+    states = [agent.optimizer.state[p] for p in params]
+    return [(float(s["step"]), s["exp_avg"], s["exp_avg_sq"]) for s in states]
+
+
+@pytest.mark.parametrize("share_encoders", [True, False], ids=["shared", "separate"])
+@pytest.mark.parametrize("action_kind", list(ACTIONS))
+def test_group_learning_equals_learning_one_by_one(action_kind: str, share_encoders: bool) -> None:
+    action_space = ACTIONS[action_kind]
+    one_by_one, batched = members(action_space, share_encoders), members(action_space, share_encoders)
+    torch.manual_seed(0)
+    buffers = [random_rollout(agent, seed, masked=action_kind == "discrete") for seed, agent in enumerate(one_by_one)]
+    first = None
+    for _ in range(2):  # the second update starts from the Adam state of the first
+        expected = [agent.learn(buffer) for agent, buffer in zip(one_by_one, buffers, strict=True)]
+        first = first or expected
+        group = PPOGroup(batched)
+        stats = group.learn(buffers)
+        group.copy_to_members()
+        for mine, theirs in zip(stats, expected, strict=True):
+            assert mine is not None and mine.keys() == theirs.keys()
+            for key in ("epochs", "minibatches", "early_stop"):
+                assert mine[key] == theirs[key], key
+            for key, value in theirs.items():
+                assert mine[key] == pytest.approx(value, rel=1e-4, abs=1e-6, nan_ok=True), key
+    stopped = first[2]
+    assert stopped["early_stop"] == 1.0 and 0 < stopped["minibatches"] < 4 * 2  # stopped mid-way
+    assert first[0]["early_stop"] == 0.0 and first[0]["minibatches"] == 2 * 4
+    for mine, theirs in zip(batched, one_by_one, strict=True):
+        assert mine.learn_counter == theirs.learn_counter == 2
+        assert mine.rng.bit_generator.state == theirs.rng.bit_generator.state
+        for net in ("actor",) if share_encoders else ("actor", "critic"):
+            for (name, p), q in zip(getattr(mine, net).named_parameters(), getattr(theirs, net).parameters(),
+                                    strict=True):
+                torch.testing.assert_close(p, q, atol=1e-5, rtol=0, msg=name)
+        for (step, avg, avg_sq), (their_step, their_avg, their_avg_sq) in zip(adam_state(mine), adam_state(theirs),
+                                                                              strict=True):
+            assert step == their_step
+            torch.testing.assert_close(avg, their_avg, atol=1e-6, rtol=1e-4)
+            torch.testing.assert_close(avg_sq, their_avg_sq, atol=1e-8, rtol=1e-3)
+
+
+def test_idle_members_are_left_untouched() -> None:
+    agents = members(ACTIONS["discrete"])
+    before = [copy.deepcopy(agent.actor.state_dict()) for agent in agents]
+    rng_states = [agent.rng.bit_generator.state for agent in agents]
+    buffer = random_rollout(agents[1], 1, masked=False)
+    group = PPOGroup(agents)
+    stats = group.learn([None, buffer, None])
+    group.copy_to_members()
+    assert stats[0] is None and stats[2] is None and stats[1] is not None
+    for slot in (0, 2):
+        assert agents[slot].learn_counter == 0 and agents[slot].rng.bit_generator.state == rng_states[slot]
+        for name, value in agents[slot].actor.state_dict().items():
+            assert torch.equal(value, before[slot][name])
+        assert not agents[slot].optimizer.state
+    assert agents[1].learn_counter == 1
+
+
+@pytest.mark.parametrize("action_kind", list(ACTIONS))
+def test_group_acting_matches_each_member(action_kind: str) -> None:
+    agents = members(ACTIONS[action_kind], share_encoders=action_kind != "discrete")
+    group = PPOGroup(agents)
+    rng = np.random.default_rng(0)
+    obs = rng.uniform(-1, 1, (3 * NUM_ENVS, 5)).astype(np.float32)
+    mask = rng.random((3 * NUM_ENVS, 3)) < 0.5 if action_kind == "discrete" else None
+    action, log_prob, value = group.act(obs, mask, deterministic=True)
+    greedy = group.greedy_actions(obs, mask)
+    for slot, agent in enumerate(agents):
+        rows = slice(slot * NUM_ENVS, (slot + 1) * NUM_ENVS)
+        their_action, their_log_prob, _, their_value = agent.get_action(
+            obs[rows], None if mask is None else mask[rows], deterministic=True)
+        assert action[rows].dtype == their_action.dtype and action[rows].shape == their_action.shape
+        np.testing.assert_array_equal(action[rows], their_action)
+        np.testing.assert_array_equal(greedy[rows], their_action)
+        np.testing.assert_allclose(log_prob[rows], their_log_prob, atol=1e-5)
+        np.testing.assert_allclose(value[rows], their_value, atol=1e-5)
+        np.testing.assert_allclose(group.values(obs)[rows], agent.get_value(obs[rows]), atol=1e-5)
+    sampled, sampled_log_prob, _ = group.act(obs, mask)
+    assert sampled.shape == action.shape and sampled.dtype == action.dtype
+    if mask is not None:  # masked actions are never sampled (a row allowing none allows all)
+        allowed = agents[0].prepare_action_mask(mask).numpy()
+        assert allowed[np.arange(len(sampled)), sampled].all()
+    for slot, agent in enumerate(agents):  # the log-probabilities are those of the sampled actions
+        rows = slice(slot * NUM_ENVS, (slot + 1) * NUM_ENVS)
+        with torch.no_grad():
+            dist = agent.actor.distribution_from_latent(agent.actor.encode(agent.preprocess(obs[rows]))[0],
+                                                        agent.prepare_action_mask(None if mask is None else mask[rows]))
+            expected = dist.log_prob(agent._flat_action(torch.as_tensor(sampled[rows]), torch.Size([NUM_ENVS])))
+        np.testing.assert_allclose(sampled_log_prob[rows], expected.numpy(), atol=1e-5)
+
+
+def test_what_cannot_be_stacked_raises() -> None:
+    discrete = ACTIONS["discrete"]
+    wider = {**NET, "encoder_config": {"hidden_size": [32]}}
+    same, other = members(discrete)[0], members(discrete, net=wider)[1]
+    with pytest.raises(NotStackableError):
+        PPOGroup([same, other])
+    with pytest.raises(NotStackableError):
+        PPOGroup([members(discrete, share_encoders=True)[0], members(discrete, share_encoders=False)[1]])
+    with pytest.raises(NotStackableError):  # the Gaussian log-std has no population version
+        PPOGroup([PPO(OBS, spaces.Box(-1.0, 1.0, (2,), np.float32), net_config=NET)])
+    with pytest.raises(NotStackableError):
+        PPOGroup([PPO(OBS, discrete, recurrent=True)])
+    groups = make_groups([same, other, members(discrete)[2]])
+    assert [slots for slots, _ in groups] == [[0, 2], [1]]
+
+
+def test_extend_and_joint_advantages_equal_adding_step_by_step() -> None:
+    agents = members(ACTIONS["discrete"])
+    torch.manual_seed(0)
+    stepwise = [random_rollout(agent, seed, masked=True) for seed, agent in enumerate(agents)]
+    for agent, buffer in zip(agents, stepwise, strict=True):
+        agent.gamma, agent.gae_lambda = 0.9 + 0.03 * agent.index, 0.8 + 0.05 * agent.index
+        buffer.gamma, buffer.gae_lambda = agent.gamma, agent.gae_lambda
+    rng = np.random.default_rng(7)
+    last_values = [rng.normal(size=NUM_ENVS) for _ in agents]
+    last_dones = [(buffer.terminations[-1] | buffer.truncations[-1]).numpy() for buffer in stepwise]
+    bulk = []
+    for agent, source in zip(agents, stepwise, strict=True):
+        buffer = agent.create_rollout_buffer(NUM_ENVS)
+        buffer.gamma, buffer.gae_lambda = source.gamma, source.gae_lambda
+        n = source.num_steps
+        for part in (slice(0, 5), slice(5, n)):  # in two pieces
+            buffer.extend(source.observations[part], source.actions[part], source.rewards[part],
+                          source.terminations[part], source.truncations[part], source.values[part],
+                          source.log_probs[part], source.valid[part], final_value=source.truncation_values[part],
+                          action_mask=source.action_masks[part])
+        bulk.append(buffer)
+    for buffer, last_value, last_done in zip(stepwise, last_values, last_dones, strict=True):
+        buffer.compute_returns_and_advantages(last_value, last_done)
+    compute_returns_and_advantages_together(bulk, last_values, last_dones)
+    for mine, theirs in zip(bulk, stepwise, strict=True):
+        for name in ("observations", "actions", "rewards", "values", "log_probs", "terminations", "truncations",
+                     "valid", "episode_starts", "truncation_values", "action_masks", "advantages", "returns"):
+            assert torch.equal(getattr(mine, name), getattr(theirs, name)), name
+
+
+def cartpole(num_envs: int = 4) -> gym.vector.VectorEnv:
+    return gym.make_vec("CartPole-v1", num_envs=num_envs, vectorization_mode="vector_entry_point")
+
+
+def test_single_agent_trains_the_same_batched_or_not() -> None:
+    """One agent: the batched phase takes the same steps, samples and updates as collect_rollouts
+    plus PPO.learn (the same torch RNG draws), so the runs agree to float rounding."""
+    runs = []
+    for batched in (True, False):
+        env = cartpole()
+        torch.manual_seed(0)
+        agent = PPO(env.single_observation_space, env.single_action_space, seed=0, net_config=NET, learn_step=64,
+                    batch_size=32, lr=1e-3)
+        (agent,), fitness = train_on_policy(env, "CartPole-v1", "PPO", [agent], max_steps=256, evo_steps=128,
+                                            verbose=False, seed=1, batch_population=batched)
+        runs.append((agent, fitness))
+    (batched_agent, batched_fitness), (agent, fitness) = runs
+    assert batched_agent.steps == agent.steps == 256 and batched_agent.learn_counter == agent.learn_counter == 4
+    assert batched_agent.scores == pytest.approx(agent.scores) and batched_fitness == pytest.approx(fitness)
+    for p, q in zip(batched_agent.actor.parameters(), agent.actor.parameters(), strict=True):
+        torch.testing.assert_close(p, q, atol=1e-5, rtol=0)
+
+
+def test_train_on_policy_batches_the_population(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    phase = training_module.collect_and_learn_population
+
+    def counting(agents, env, *args, **kwargs):
+        calls.append((len(agents), env.num_envs))
+        return phase(agents, env, *args, **kwargs)
+
+    monkeypatch.setattr(training_module, "collect_and_learn_population", counting)
+    env = cartpole()
+    hp = HyperparameterConfig(lr=RLParameter("lr", 1e-4, 1e-2), batch_size=RLParameter("batch_size", 16, 128, int))
+    torch.manual_seed(0)
+    pop = [PPO(env.single_observation_space, env.single_action_space, index=i, seed=i, hp_config=hp, net_config=NET,
+               learn_step=learn_step, batch_size=32, lr=1e-3) for i, learn_step in enumerate([128, 256, 128])]
+    pop, fitnesses = train_on_policy(
+        env, "CartPole-v1", "PPO", pop, max_steps=1024, evo_steps=512, verbose=False, seed=0,
+        selection_strategy=TournamentSelection(2, True, 3, rng=0),
+        mutation=Mutations(no_mutation=0.2, architecture=0.3, parameters=0.2, rl_hp=0.3, rand_seed=0))
+    assert calls and all(call == (3, 12) for call in calls)
+    assert len(pop) == 3 and len(fitnesses) == 3 and all(np.isfinite(fitnesses))
+    assert all(agent.fitness and agent.scores for agent in pop)
+    originals = [agent for agent in pop if agent.lineage.parent_id is None]
+    assert all(agent.steps == 1024 and agent.learn_counter == 1024 // agent.learn_step for agent in originals)
+
+
+def test_batching_can_be_switched_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(training_module, "collect_and_learn_population", pytest.fail)
+    env = cartpole()
+    pop = [PPO(env.single_observation_space, env.single_action_space, index=i, seed=i, net_config=NET,
+               learn_step=128) for i in range(2)]
+    pop, _ = train_on_policy(env, "CartPole-v1", "PPO", pop, max_steps=256, evo_steps=256, verbose=False,
+                             batch_population=False)
+    assert all(agent.steps == 256 for agent in pop)
+
+
+def test_padded_index_batches_and_agent_rows() -> None:
+    padded, weights = pad_index_batches([np.array([4, 5, 6]), np.zeros(0, dtype=np.int64), np.array([9])])
+    np.testing.assert_array_equal(padded, [[4, 5, 6], [4, 4, 4], [9, 4, 4]])
+    np.testing.assert_allclose(weights, [[1 / 3] * 3, [0, 0, 0], [1, 0, 0]])
+    np.testing.assert_array_equal(agent_rows([2, 0], 3), [6, 7, 8, 0, 1, 2])
+
+
+def test_ctrl_c_in_a_batched_phase_stops_at_whole_rollouts_and_resumes(tmp_path) -> None:
+    env = cartpole()
+
+    def population() -> list[PPO]:
+        torch.manual_seed(0)
+        return [PPO(env.single_observation_space, env.single_action_space, index=i, seed=i, net_config=NET,
+                    learn_step=learn_step, batch_size=64) for i, learn_step in enumerate([256, 512])]
+
+    population()  # the first optimizer import is slow: not inside the timed run
+    timer = threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    with pytest.raises(TrainingInterrupted) as info:
+        train_on_policy(env, "CartPole-v1", "PPO", population(), max_steps=10_000_000, evo_steps=10_000_000,
+                        verbose=False, checkpoint_path=str(tmp_path / "ckpt"))
+    timer.cancel()
+    path = info.value.checkpoint_path
+    assert path is not None
+    progress = resume_run(path).loop["slot_progress"]
+    assert progress[0] > 0 and progress[0] % 64 == 0 and progress[1] % 128 == 0  # whole rollouts only
+    pop, fitnesses = train_on_policy(env, "CartPole-v1", "PPO", population(), max_steps=4 * (max(progress) + 256),
+                                     evo_steps=10_000_000, verbose=False, resume_from_checkpoint=str(path))
+    assert len(fitnesses) == 2 and all(agent.fitness for agent in pop)
