@@ -3,13 +3,16 @@
 One JSON line per case, so runs can be compared over time:
 
     OMP_NUM_THREADS=1 uv run python benchmarks/population.py learn            # DQN learn step, pop 1/4/8
+    OMP_NUM_THREADS=1 uv run python benchmarks/population.py learn --algorithm ppo   # PPO update, pop 1/4/8
     OMP_NUM_THREADS=1 uv run python benchmarks/population.py train configs/training/dqn_cartpole.yaml \\
         --pops 1 4 8 --set training.target_score=null
     OMP_NUM_THREADS=1 uv run python benchmarks/population.py floor CartPole-v1 --num-envs 8
 
 ``learn``: milliseconds per learning step of P identical-architecture DQN agents, one by one
 (``DQN.learn`` per agent) and as one stacked computation (``DQNGroup.learn``), with the ratio to
-one agent's ``DQN.learn``. ``train``: ``agile train --profile`` in a subprocess per (pop size,
+one agent's ``DQN.learn`` (``--algorithm ppo``: one PPO update, ``update_epochs`` passes over a
+1024-row rollout, ``PPO.learn`` per agent vs ``PPOGroup.learn``).
+``train``: ``agile train --profile`` in a subprocess per (pop size,
 batching on/off); ``wall_s`` is the whole process (start-up included), ``steps_per_s`` all
 agents' env steps over that wall time, ``updates_per_s`` learning steps over it, ``peak_rss_mb``
 the child's peak RSS and ``profile`` the share of wall time per section (``overhead`` = time
@@ -88,6 +91,58 @@ def bench_learn(pops: list[int], repeats: int, batch_size: int, hidden: int) -> 
                           "one_by_one_vs_one_agent": round(loop_ms / single, 2)}), flush=True)
 
 
+def bench_learn_ppo(pops: list[int], repeats: int, batch_size: int, hidden: int) -> None:
+    """Cost of one PPO update (4 epochs over a 128 x 8 rollout) of P agents, one by one vs stacked."""
+    import numpy as np
+    import torch
+    from gymnasium import spaces
+
+    from agile_onpolicy.ppo import PPO
+    from agile_onpolicy.ppo_population import PPOGroup
+
+    obs_space, act_space = spaces.Box(-1.0, 1.0, (4,), np.float32), spaces.Discrete(2)
+    net = {"latent_dim": hidden, "encoder_config": {"hidden_size": [hidden]}, "head_config": {"hidden_size": [hidden]}}
+    num_envs, rng = 8, np.random.default_rng(0)
+
+    def rollout(agent: PPO) -> object:
+        buffer = agent.create_rollout_buffer(num_envs)
+        for _ in range(buffer.num_steps):
+            obs = rng.uniform(-1, 1, (num_envs, 4)).astype(np.float32)
+            action, log_prob, _, value = agent.get_action(obs)
+            buffer.add(obs, action, rng.normal(size=num_envs), rng.random(num_envs) < 0.05,
+                       np.zeros(num_envs, dtype=bool), value, log_prob, np.ones(num_envs, dtype=bool))
+        buffer.compute_returns_and_advantages(np.zeros(num_envs, dtype=np.float32))
+        return buffer
+
+    def per_update_ms(fn: object) -> float:
+        fn()  # type: ignore[operator]
+        start = time.perf_counter()
+        for _ in range(repeats):
+            fn()  # type: ignore[operator]
+        return (time.perf_counter() - start) / repeats * 1e3
+
+    single: float | None = None
+    for pop in pops:
+        agents = [PPO(obs_space, act_space, net_config=net, seed=i, learn_step=1024, batch_size=batch_size, lr=1e-3,
+                      update_epochs=4, ent_coef=0.0) for i in range(pop)]
+        buffers = [rollout(agent) for agent in agents]
+
+        def one_by_one(agents: list[PPO] = agents, buffers: list[object] = buffers) -> None:
+            for agent, buffer in zip(agents, buffers, strict=True):
+                agent.learn(buffer)  # type: ignore[arg-type]
+
+        loop_ms = per_update_ms(one_by_one)
+        group = PPOGroup(agents)
+        stacked_ms = per_update_ms(lambda group=group, buffers=buffers: group.learn(buffers))
+        if single is None:
+            single = loop_ms / pop
+        print(json.dumps({"case": "learn", "algorithm": "PPO", "pop_size": pop, "batch_size": batch_size,
+                          "hidden": hidden, "threads": torch.get_num_threads(),
+                          "one_by_one_ms": round(loop_ms, 2), "stacked_ms": round(stacked_ms, 2),
+                          "one_agent_ms": round(single, 2), "stacked_vs_one_agent": round(stacked_ms / single, 2),
+                          "one_by_one_vs_one_agent": round(loop_ms / single, 2)}), flush=True)
+
+
 def bench_train(manifest: str, pops: list[int], batching: list[bool], overrides: list[str]) -> None:
     """Whole-process `agile train` runs."""
     for pop in pops:
@@ -146,10 +201,11 @@ def main(argv: list[str] | None = None) -> int:
     """Parse arguments and run one benchmark kind."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="kind", required=True)
-    learn = sub.add_parser("learn", help="DQN learn step, one by one vs stacked")
+    learn = sub.add_parser("learn", help="DQN learn step or PPO update, one by one vs stacked")
+    learn.add_argument("--algorithm", choices=["dqn", "ppo"], default="dqn")
     learn.add_argument("--pops", type=int, nargs="+", default=[1, 4, 8])
-    learn.add_argument("--repeats", type=int, default=300)
-    learn.add_argument("--batch-size", type=int, default=64)
+    learn.add_argument("--repeats", type=int, default=None, help="timed steps (default: DQN 300, PPO 5 updates)")
+    learn.add_argument("--batch-size", type=int, default=None, help="default: DQN 64, PPO 128")
     learn.add_argument("--hidden", type=int, default=64)
     train = sub.add_parser("train", help="whole-process agile train runs")
     train.add_argument("manifest")
@@ -161,8 +217,10 @@ def main(argv: list[str] | None = None) -> int:
     floor.add_argument("--num-envs", type=int, default=8)
     floor.add_argument("--steps", type=int, default=20_000)
     args = parser.parse_args(argv)
-    if args.kind == "learn":
-        bench_learn(args.pops, args.repeats, args.batch_size, args.hidden)
+    if args.kind == "learn" and args.algorithm == "ppo":
+        bench_learn_ppo(args.pops, args.repeats or 5, args.batch_size or 128, args.hidden)
+    elif args.kind == "learn":
+        bench_learn(args.pops, args.repeats or 300, args.batch_size or 64, args.hidden)
     elif args.kind == "train":
         modes = {"on": [True], "off": [False], "both": [True, False]}[args.batching]
         bench_train(args.manifest, args.pops, modes, args.overrides)
