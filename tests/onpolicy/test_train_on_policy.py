@@ -1,5 +1,6 @@
 """train_on_policy: evolution, step counting, checkpoints and exact resume, Ctrl-C, learning."""
 
+import csv
 import json
 import os
 import signal
@@ -133,7 +134,8 @@ def test_tensorboard_curves_continue_across_a_resume(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     env, logs = cartpole(), str(tmp_path / "tb")
-    common = {"evo_steps": 1024, "verbose": False, "seed": 3, "tensorboard": True, "tensorboard_log_dir": logs}
+    common = {"evo_steps": 1024, "verbose": False, "seed": 3, "tensorboard": True, "tensorboard_log_dir": logs,
+              "csv_path": str(tmp_path / "metrics.csv")}
     train_on_policy(env, "CartPole-v1", "PPO", population(env, 2), max_steps=2048, checkpoint=1024,
                     checkpoint_path=str(tmp_path / "ckpt"), **common, **evolution(2))
     train_on_policy(env, "CartPole-v1", "PPO", population(env, 2), max_steps=3072,
@@ -142,6 +144,11 @@ def test_tensorboard_curves_continue_across_a_resume(tmp_path):
     events.Reload()
     steps = [event.step for event in events.Scalars("eval/mean_return")]
     assert steps == sorted(set(steps)) and steps[-1] == 3 * 1024 * 2  # one curve, no restart at 0
+    # every generation once: the checkpoint's own generation (step 4096) is kept, not purged
+    assert steps == [2048, 4096, 6144]
+    with open(tmp_path / "metrics.csv") as handle:
+        csv_steps = [int(row["step"]) for row in csv.DictReader(handle) if row["name"] == "eval/mean_return"]
+    assert csv_steps == [2048, 4096, 6144]
 
 
 @pytest.mark.learning

@@ -61,7 +61,10 @@ class TrainingReporter:
     def logger(self) -> MetricsLogger:
         """The metrics logger, opened on first use (after a resume, so curves continue)."""
         if self._logger is None:
-            self._logger = build_logger(**self._logger_args, resume_step=self.resume_step)
+            # The loggers drop steps >= their resume step; the checkpoint's own step was logged
+            # completely (it ends a generation), so keep it and drop only what came after.
+            first_new_step = self.resume_step + 1 if self.resume_step else 0
+            self._logger = build_logger(**self._logger_args, resume_step=first_new_step)
             if self._config:
                 self._logger.log_hyperparameters(self._config)
         return self._logger
