@@ -85,9 +85,17 @@ def test_unknown_algorithm_suggests_close_match_and_lists_installed():
     assert "DDPG, DQN, PPO" in message
 
 
-def test_known_algorithm_of_missing_package_names_the_package():
+def test_known_algorithm_of_missing_package_names_the_package(monkeypatch):
+    monkeypatch.setattr(registry, "_distribution_installed", lambda name: False)
     message = registry.unknown_algorithm_message("MADDPG")
     assert "agile-marl" in message and "pip install agile-marl" in message
+
+
+def test_known_algorithm_of_an_installed_package_that_lacks_it_says_so(monkeypatch):
+    monkeypatch.setattr(registry, "_distribution_installed", lambda name: True)
+    message = registry.unknown_algorithm_message("MADDPG")
+    assert "agile-marl" in message and "installed but does not provide it yet" in message
+    assert "pip install" not in message
 
 
 def test_core_does_not_import_paradigm_packages():

@@ -128,13 +128,27 @@ def _lookup(name: str) -> tuple[Paradigm, type[AlgorithmSpec]] | None:
     return None
 
 
+def _distribution_installed(name: str) -> bool:
+    from importlib import metadata
+
+    try:
+        metadata.distribution(name)
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
 def unknown_algorithm_message(name: object) -> str:
     """Explain why `name` is not an installed algorithm and what to do about it."""
     installed = algorithm_names()
     text = str(name)
     if text in KNOWN_ALGORITHMS:
-        return (f"algorithm '{text}' is provided by the package '{KNOWN_ALGORITHMS[text]}', which is "
-                f"not installed (pip install {KNOWN_ALGORITHMS[text]})")
+        package = KNOWN_ALGORITHMS[text]
+        if _distribution_installed(package):
+            return (f"algorithm '{text}' belongs to the package '{package}', which is installed but does not "
+                    f"provide it yet in this version. Installed algorithms: {', '.join(installed) or 'none'}")
+        return (f"algorithm '{text}' belongs to the package '{package}', which is "
+                f"not installed (pip install {package})")
     candidates = {n.lower(): n for n in [*installed, *KNOWN_ALGORITHMS]}
     close = difflib.get_close_matches(text.lower(), list(candidates), n=1, cutoff=0.6)
     message = f"unknown algorithm '{text}'"
