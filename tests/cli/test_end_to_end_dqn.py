@@ -20,10 +20,6 @@ def agile(*args: str, timeout: int) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.learning
-@pytest.mark.xfail(strict=False, reason=(
-    "configs/training/dqn_cartpole.yaml does not reach its target yet: the target needs every agent >= 480 "
-    "at one evaluation, and DQN's oscillation keeps at most 1-3 of 4 there (two seeded runs, 100k steps per "
-    "agent: best 500 at generations 10-11, never all four). Remove this marker once the manifest is tuned."))
 def test_train_evaluate_plot_dqn_cartpole(tmp_path):
     run_dir = tmp_path / "run"
     started = time.monotonic()
