@@ -136,7 +136,7 @@ class PPOGroup:
         (``action`` raw, as the buffer stores it; samples come from torch's global RNG).
         `action_mask` ``[P * rows, n]`` is applied as :meth:`PPO.prepare_action_mask` prepares it.
         """
-        with torch.no_grad():
+        with torch.inference_mode():
             critic_latent, dist = self._policy(obs, action_mask, critic=True)
             raw = dist.mode() if deterministic else dist.sample()
             log_prob = dist.log_prob(raw)
@@ -148,7 +148,7 @@ class PPOGroup:
     def greedy_actions(self, obs: Any, action_mask: Any = None) -> np.ndarray:
         """The mode actions ``[P * rows, ...]`` (raw) that ``PPO.test`` takes, without the value
         and log-probability that acting for a rollout needs."""
-        with torch.no_grad():
+        with torch.inference_mode():
             return self._env_shaped(self._policy(obs, action_mask, critic=False)[1].mode())
 
     def _policy(self, obs: Any, action_mask: Any, critic: bool) -> tuple[torch.Tensor | None, Any]:
@@ -169,7 +169,7 @@ class PPOGroup:
 
     def values(self, obs: Any) -> np.ndarray:
         """``V(obs)`` float32 ``[P * rows]`` for observations ``[P * rows, ...]`` (member-major)."""
-        with torch.no_grad():
+        with torch.inference_mode():
             return self._value(self._latents(self._inputs(obs))[1]).reshape(-1).cpu().numpy().astype(np.float32)
 
     # ------------------------------------------------------------------ learning
@@ -271,10 +271,15 @@ class PPOGroup:
 
         `rows` ``[P, width]`` indexes each member's rollout rows, `weights` ``[P, width]`` is 1/size on
         a member's real rows and 0 on padding (means become weighted sums)."""
-        member = torch.arange(rows.shape[0], device=self.device).unsqueeze(1)
-        inputs, actions = rollouts.inputs[member, rows], rollouts.actions[member, rows]
-        old_log_probs, old_values, advantages, returns = rollouts.scalars[member, rows].unbind(-1)
-        masks = None if rollouts.masks is None else rollouts.masks[member, rows]
+        members, width = rows.shape
+        flat = (rows + torch.arange(members, device=self.device).unsqueeze(1) * rollouts.inputs.shape[1]).reshape(-1)
+
+        def take(stacked: torch.Tensor) -> torch.Tensor:  # [P, rows, ...] -> [P, width, ...]
+            return stacked.flatten(0, 1).index_select(0, flat).unflatten(0, (members, width))
+
+        inputs, actions = take(rollouts.inputs), take(rollouts.actions)
+        old_log_probs, old_values, advantages, returns = take(rollouts.scalars).unbind(-1)
+        masks = None if rollouts.masks is None else take(rollouts.masks)
 
         latent, critic_latent = self._latents(inputs)
         dist = self.actor.distribution_from_latent(latent, masks)
