@@ -101,9 +101,14 @@ class PPOGroup:
         def column(name: str, dtype: torch.dtype = torch.float32) -> torch.Tensor:
             return torch.tensor([getattr(m, name) for m in members], dtype=dtype, device=self.device).unsqueeze(1)
 
-        self.clip_coef, self.ent_coef, self.vf_coef = column("clip_coef"), column("ent_coef"), column("vf_coef")
+        self.clip_coef = column("clip_coef")
+        self.ratio_low, self.ratio_high = 1.0 - self.clip_coef, 1.0 + self.clip_coef
+        self.loss_weights = torch.cat([-torch.ones_like(self.clip_coef), 0.5 * column("vf_coef"), -column("ent_coef")],
+                                      dim=1)
+        self.stat_scale = torch.tensor([[-1.0, 0.5, 1.0]], device=self.device)  # policy, value loss, entropy
         self.max_grad_norm = column("max_grad_norm").squeeze(1)
         self.normalize_advantages = column("normalize_advantages", torch.bool)
+        self.any_normalize = bool(self.normalize_advantages.any())
         self.clip_vloss = column("clip_vloss", torch.bool)
         self.any_clip_vloss = bool(self.clip_vloss.any())
         self.target_kl = [m.target_kl for m in members]
@@ -197,12 +202,10 @@ class PPOGroup:
                 batches.append(empty if rows is None else rows)
             if not running.any():
                 break
-            padded, weights = pad_index_batches(batches)
-            losses = self._losses(rollouts, torch.as_tensor(padded, device=self.device),
-                                  torch.as_tensor(weights, device=self.device))
+            loss, summary = self._losses(rollouts, *pad_index_batches(batches))
             stepping = running.copy()
             if any(target is not None for target in self.target_kl):
-                kls = losses["approx_kl"].tolist()
+                kls = summary[:, LOSS_NAMES.index("approx_kl")].tolist()
                 for slot, target in enumerate(self.target_kl):
                     if running[slot] and target is not None and kls[slot] > target:
                         running[slot] = stepping[slot] = False
@@ -211,11 +214,10 @@ class PPOGroup:
                 continue
             mask = torch.as_tensor(stepping, device=self.device)
             self.optimizer.zero_grad()
-            (losses["loss"] * mask).sum().backward()
+            (loss * mask).sum().backward()
             clip_flat_grad_norm(self.optimizer.flat, self.max_grad_norm)
             self.optimizer.step(mask)
-            with torch.no_grad():
-                totals += torch.stack([losses[name].detach() for name in LOSS_NAMES], dim=1) * mask.unsqueeze(1)
+            totals += summary * mask.unsqueeze(1)
             steps += stepping
         return self._results(buffers, totals, steps, epochs, stopped)
 
@@ -266,13 +268,15 @@ class PPOGroup:
                 stacked.masks[slot, :count] = masks
         return stacked
 
-    def _losses(self, rollouts: _Rollouts, rows: torch.Tensor, weights: torch.Tensor) -> dict[str, torch.Tensor]:
-        """``PPO.compute_losses`` of every member's minibatch at once: each entry is ``[P]``.
+    def _losses(self, rollouts: _Rollouts, rows: np.ndarray, weights: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """``PPO.compute_losses`` of every member's minibatch at once: the losses ``[P]`` to minimise
+        and, without gradients, the statistics ``[P, 6]`` in ``LOSS_NAMES`` order.
 
         `rows` ``[P, width]`` indexes each member's rollout rows, `weights` ``[P, width]`` is 1/size on
         a member's real rows and 0 on padding (means become weighted sums)."""
         members, width = rows.shape
-        flat = (rows + torch.arange(members, device=self.device).unsqueeze(1) * rollouts.inputs.shape[1]).reshape(-1)
+        flat = torch.as_tensor((rows + np.arange(members)[:, None] * rollouts.inputs.shape[1]).reshape(-1),
+                               device=self.device)
 
         def take(stacked: torch.Tensor) -> torch.Tensor:  # [P, rows, ...] -> [P, width, ...]
             return stacked.flatten(0, 1).index_select(0, flat).unflatten(0, (members, width))
@@ -280,36 +284,37 @@ class PPOGroup:
         inputs, actions = take(rollouts.inputs), take(rollouts.actions)
         old_log_probs, old_values, advantages, returns = take(rollouts.scalars).unbind(-1)
         masks = None if rollouts.masks is None else take(rollouts.masks)
+        weight = torch.as_tensor(weights, device=self.device)
+        if self.any_normalize:  # standardised over each member's own minibatch (population std)
+            sizes = (weights > 0).sum(axis=1, keepdims=True)
+            mean = (advantages * weight).sum(dim=1, keepdim=True)
+            centered = advantages - mean
+            std = (centered.square() * weight).sum(dim=1, keepdim=True).sqrt()
+            normalize = self.normalize_advantages & torch.as_tensor(sizes > 1, device=self.device)
+            advantages = torch.where(normalize, centered / (std + 1e-8), advantages)
 
         latent, critic_latent = self._latents(inputs)
         dist = self.actor.distribution_from_latent(latent, masks)
         log_prob, entropy, value = dist.log_prob(actions), dist.entropy(), self._value(critic_latent)
-
-        present = (weights > 0).to(advantages.dtype)
-        count = present.sum(dim=1, keepdim=True)
-        mean = (advantages * present).sum(dim=1, keepdim=True) / count.clamp(min=1.0)
-        std = ((advantages - mean).pow(2) * present).sum(dim=1, keepdim=True).div(count.clamp(min=1.0)).sqrt()
-        advantages = torch.where(self.normalize_advantages & (count > 1), (advantages - mean) / (std + 1e-8),
-                                 advantages)
-
         log_ratio = log_prob - old_log_probs
         ratio = log_ratio.exp()
-        with torch.no_grad():
-            approx_kl = (((ratio - 1.0) - log_ratio) * weights).sum(dim=1)
-            clip_fraction = (((ratio - 1.0).abs() > self.clip_coef).to(weights.dtype) * weights).sum(dim=1)
-        clipped = torch.clamp(ratio, 1.0 - self.clip_coef, 1.0 + self.clip_coef) * advantages
-        policy_loss = -(torch.min(ratio * advantages, clipped) * weights).sum(dim=1)
-
-        value_error = (value - returns).pow(2)
+        surrogate = torch.min(ratio * advantages, ratio.clamp(self.ratio_low, self.ratio_high) * advantages)
+        value_error = (value - returns).square()
         if self.any_clip_vloss:
             value_clipped = old_values + torch.clamp(value - old_values, -self.clip_coef, self.clip_coef)
-            value_error = torch.where(self.clip_vloss, torch.max(value_error, (value_clipped - returns).pow(2)),
+            value_error = torch.where(self.clip_vloss, torch.max(value_error, (value_clipped - returns).square()),
                                       value_error)
-        value_loss = 0.5 * (value_error * weights).sum(dim=1)
-        entropy_mean = (entropy * weights).sum(dim=1)
-        loss = policy_loss + self.vf_coef.squeeze(1) * value_loss - self.ent_coef.squeeze(1) * entropy_mean
-        return {"loss": loss, "policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy_mean,
-                "approx_kl": approx_kl, "clip_fraction": clip_fraction}
+        # Per member: [mean surrogate, mean squared error, mean entropy]; the loss weighs them by
+        # [-1, 0.5 * vf_coef, -ent_coef] (= policy_loss + vf_coef * value_loss - ent_coef * entropy).
+        means = (torch.stack([surrogate, value_error, entropy], dim=-1) * weight.unsqueeze(-1)).sum(dim=1)
+        loss = (means * self.loss_weights).sum(dim=1)
+        with torch.no_grad():
+            ratio_change = ratio - 1.0
+            kl_and_clipped = torch.stack([ratio_change - log_ratio, (ratio_change.abs() > self.clip_coef).to(ratio)],
+                                         dim=-1)
+            summary = torch.cat([loss.unsqueeze(1), means * self.stat_scale,
+                                 (kl_and_clipped * weight.unsqueeze(-1)).sum(dim=1)], dim=1)
+        return loss, summary
 
     def _results(self, buffers: Sequence[RolloutBuffer | None], totals: torch.Tensor, steps: np.ndarray,
                  epochs: list[int], stopped: np.ndarray) -> list[dict[str, float] | None]:
