@@ -117,6 +117,9 @@ def test_resume_in_a_new_process_matches_the_uninterrupted_run(tmp_path):
 
 def test_ctrl_c_saves_a_resumable_checkpoint(tmp_path):
     env = cartpole()
+    # a tiny run first, so lazy imports are done before the signal can arrive (a SIGINT during an
+    # import, outside the loop's guard, is a plain KeyboardInterrupt)
+    train_on_policy(env, "CartPole-v1", "PPO", population(env, 2), max_steps=256, evo_steps=256, verbose=False)
     timer = threading.Timer(1.5, lambda: os.kill(os.getpid(), signal.SIGINT))
     timer.start()
     with pytest.raises(TrainingInterrupted) as info:
@@ -125,7 +128,9 @@ def test_ctrl_c_saves_a_resumable_checkpoint(tmp_path):
     timer.cancel()
     path = info.value.checkpoint_path
     assert path is not None and path.is_dir()
-    pop, fitnesses = train_on_policy(env, "CartPole-v1", "PPO", population(env, 2), max_steps=4096, evo_steps=4096,
+    # at least one more generation whatever the interrupt point (a fast batched run may have
+    # finished its first generation within the 1.5 s)
+    pop, fitnesses = train_on_policy(env, "CartPole-v1", "PPO", population(env, 2), max_steps=8192, evo_steps=4096,
                                      verbose=False, resume_from_checkpoint=str(path), **evolution(2))
     assert len(fitnesses) == 2 and all(agent.fitness for agent in pop)
 
