@@ -14,7 +14,8 @@ one agent's ``DQN.learn`` (``--algorithm ppo``: one PPO update, ``update_epochs`
 1024-row rollout, ``PPO.learn`` per agent vs ``PPOGroup.learn``).
 ``train``: ``agile train --profile`` in a subprocess per (pop size,
 batching on/off); ``wall_s`` is the whole process (start-up included), ``steps_per_s`` all
-agents' env steps over that wall time, ``updates_per_s`` learning steps over it, ``peak_rss_mb``
+agents' env steps over that wall time (``steps_per_cpu_s`` over the process's CPU time, a steadier
+figure on a busy machine), ``updates_per_s`` learning steps over it, ``peak_rss_mb``
 the child's peak RSS and ``profile`` the share of wall time per section (``overhead`` = time
 outside env stepping, acting, sampling and learning, i.e. the framework's own bookkeeping plus
 evaluation, evolution, checkpoints and logging). ``floor``: the same vector env stepped with
@@ -35,7 +36,8 @@ from pathlib import Path
 RSS_CHILD = """
 import resource, subprocess, sys
 code = subprocess.call(sys.argv[1:])
-print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, code)
+usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(usage.ru_maxrss, code, usage.ru_utime + usage.ru_stime)
 """
 
 
@@ -157,8 +159,8 @@ def bench_train(manifest: str, pops: list[int], batching: list[bool], overrides:
             out = subprocess.run([sys.executable, "-c", RSS_CHILD, *command], capture_output=True, text=True,
                                  env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
             wall = time.perf_counter() - started
-            last = out.stdout.strip().splitlines()[-1].split() if out.stdout.strip() else ["0", "1"]
-            rss_kb, code = int(last[0]), int(last[1])
+            last = out.stdout.strip().splitlines()[-1].split() if out.stdout.strip() else ["0", "1", "0"]
+            rss_kb, code, cpu = int(last[0]), int(last[1]), float(last[2])
             if code != 0:
                 print(json.dumps({"case": "train", "manifest": manifest, "pop_size": pop, "batched": batch,
                                   "error": out.stderr[-2000:]}), flush=True)
@@ -171,6 +173,7 @@ def bench_train(manifest: str, pops: list[int], batching: list[bool], overrides:
             print(json.dumps({
                 "case": "train", "manifest": manifest, "overrides": overrides, "pop_size": pop, "batched": batch,
                 "env_steps": steps, "wall_s": round(wall, 2), "steps_per_s": round(steps / wall),
+                "cpu_s": round(cpu, 2), "steps_per_cpu_s": round(steps / cpu) if cpu else None,
                 "updates_per_s": round(updates / wall, 1), "peak_rss_mb": round(rss_kb / 1024, 1),
                 "best_fitness": max(agent["fitness"] for agent in summary["agents"]),
                 "target_reached": summary["target_reached"],
