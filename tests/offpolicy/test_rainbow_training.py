@@ -12,8 +12,6 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from gymnasium import spaces
-from gymnasium.vector import SyncVectorEnv
 
 from agile_core.hpo.mutation import Mutations
 from agile_core.hpo.selection import TournamentSelection
@@ -24,40 +22,11 @@ from agile_offpolicy.dqn import DQN
 from agile_offpolicy.rainbow import RainbowDQN
 from agile_offpolicy.run import build_buffer, loop_kwargs
 from agile_offpolicy.training import train_off_policy
+from tests.offpolicy.test_train_off_policy import countdown_vec
 
 NET = {"latent_dim": 8, "encoder_config": {"hidden_size": [8]}, "head_config": {"hidden_size": [8]}}
 GAMMA = 0.9
 RAINBOW_MANIFEST = Path(__file__).resolve().parents[2] / "configs" / "training" / "rainbow_cartpole.yaml"
-
-
-class StepEnv(gym.Env):
-    """Deterministic episodes of `length` steps; obs = [step in episode, length], reward 1.
-
-    Ends by termination when `terminate`, else by truncation.
-    """
-
-    def __init__(self, length: int, terminate: bool = True) -> None:
-        self.length, self.terminate = length, terminate
-        self.observation_space = spaces.Box(0.0, 100.0, (2,), np.float32)
-        self.action_space = spaces.Discrete(2)
-        self.t = 0
-
-    def _obs(self) -> np.ndarray:
-        return np.array([self.t, self.length], dtype=np.float32)
-
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        super().reset(seed=seed)
-        self.t = 0
-        return self._obs(), {}
-
-    def step(self, action: Any):
-        self.t += 1
-        end = self.t >= self.length
-        return self._obs(), 1.0, end and self.terminate, end and not self.terminate, {}
-
-
-def step_env(*specs: tuple[int, bool]) -> SyncVectorEnv:
-    return SyncVectorEnv([lambda length=length, term=term: StepEnv(length, term) for length, term in specs])
 
 
 class RecordingRainbow(RainbowDQN):
@@ -105,7 +74,7 @@ def run(env: gym.vector.VectorEnv, pop: list, memory: Any, **kwargs: Any) -> tup
 
 # ---------------------------------------------------------------------------- PER and n-step in the loop
 def test_n_step_and_per_memories_stay_aligned_and_batches_share_indices() -> None:
-    env = step_env((3, True), (5, False), (7, True))
+    env = countdown_vec((3, True), (5, False), (7, True))
     per, n_step = memories(env)
     RecordingRainbow.calls.clear()
     run(env, make_pop(env, cls=RecordingRainbow), per, n_step_memory=n_step, max_steps=240, evo_steps=120)
@@ -128,7 +97,7 @@ def test_n_step_and_per_memories_stay_aligned_and_batches_share_indices() -> Non
 
 
 def test_priorities_are_updated_after_each_learn_and_beta_anneals_to_one() -> None:
-    env = step_env(*[(6, True)] * 4)
+    env = countdown_vec(*[(6, True)] * 4)
     RecordingPER.betas.clear()
     per, n_step = memories(env, per_cls=RecordingPER)
     pop, _ = run(env, make_pop(env, beta=0.4), per, n_step_memory=n_step, max_steps=400, evo_steps=100)
@@ -140,7 +109,7 @@ def test_priorities_are_updated_after_each_learn_and_beta_anneals_to_one() -> No
 
 
 def test_per_alone_and_n_step_alone_train() -> None:
-    env = step_env((4, True), (6, False))
+    env = countdown_vec((4, True), (6, False))
     o, a = env.single_observation_space, env.single_action_space
     per = PrioritizedReplayBuffer(500, o, a, seed=0)
     pop, _ = run(env, make_pop(env), per)
@@ -151,14 +120,14 @@ def test_per_alone_and_n_step_alone_train() -> None:
 
 
 def test_uniform_memory_works_with_rainbow() -> None:
-    env = step_env((4, True), (6, False))
+    env = countdown_vec((4, True), (6, False))
     memory = ReplayBuffer(500, env.single_observation_space, env.single_action_space, seed=0)
     pop, fitnesses = run(env, make_pop(env), memory)
     assert pop[0].learn_counter > 0 and len(fitnesses) == 1
 
 
 def test_refuses_memories_that_would_train_silently_wrong() -> None:
-    env = step_env((4, True), (6, False))
+    env = countdown_vec((4, True), (6, False))
     o, a = env.single_observation_space, env.single_action_space
     dqn = [DQN(o, a, net_config=NET, batch_size=8)]
     per, n_step = memories(env)
@@ -175,7 +144,7 @@ def test_refuses_memories_that_would_train_silently_wrong() -> None:
 
 
 def test_checkpoint_resume_restores_priorities_and_n_step_memory(tmp_path) -> None:
-    env = step_env((5, True), (7, False))
+    env = countdown_vec((5, True), (7, False))
 
     def fresh() -> dict[str, Any]:
         per, n_step = memories(env, size=400)

@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 from gymnasium.vector import VectorEnv
 
-from agile_core.networks.stacked import NotStackableError, architecture_key
+from agile_core.networks.stacked import architecture_key
 from agile_core.training import EpisodeTracker, EpsilonSchedule, swap_image_channels
 from agile_core.training.evaluation import evaluate_population_batched
 from agile_core.training.generations import PhaseResult
-from agile_core.training.population import agent_rows, group_by_architecture
+from agile_core.training.population import agent_rows, all_stackable, group_by_architecture
 from agile_core.training.profiling import PROFILER
 from agile_offpolicy.buffers import ReplayBuffer
 from agile_offpolicy.dqn import DQN
@@ -30,16 +30,7 @@ __all__ = ["can_batch", "collect_and_learn_population", "evaluate_batched", "mak
 
 def can_batch(population: Sequence[Any], memory: Any) -> bool:
     """Whether the batched phase supports these agents (plain DQN) and this memory (uniform replay)."""
-    if type(memory) is not ReplayBuffer:
-        return False
-    try:
-        for agent in population:
-            if type(agent) is not DQN:
-                return False
-            DQNGroup([agent])
-    except NotStackableError:
-        return False
-    return True
+    return type(memory) is ReplayBuffer and all_stackable(population, DQN, DQNGroup)
 
 
 def make_groups(population: Sequence[DQN]) -> list[tuple[list[int], DQNGroup]]:

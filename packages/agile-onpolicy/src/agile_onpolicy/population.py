@@ -29,7 +29,7 @@ from agile_core.networks.stacked import NotStackableError
 from agile_core.training import EpisodeTracker, swap_image_channels
 from agile_core.training.evaluation import evaluate_population_batched
 from agile_core.training.generations import PhaseResult
-from agile_core.training.population import agent_rows, group_by_architecture
+from agile_core.training.population import agent_rows, all_stackable, group_by_architecture
 from agile_core.training.profiling import PROFILER
 from agile_onpolicy.ppo import PPO
 from agile_onpolicy.ppo_population import PPOGroup, group_key
@@ -67,14 +67,7 @@ Groups = list[tuple[list[int], PPOGroup | _OneAgent]]
 
 def can_batch(population: Sequence[Any]) -> bool:
     """Whether the batched phase supports these agents (plain, feed-forward, stackable PPO)."""
-    try:
-        for agent in population:
-            if type(agent) is not PPO:
-                return False
-            PPOGroup([agent])
-    except NotStackableError:
-        return False
-    return True
+    return all_stackable(population, PPO, PPOGroup)
 
 
 def make_groups(population: Sequence[PPO]) -> Groups:

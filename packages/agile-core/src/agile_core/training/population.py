@@ -14,7 +14,9 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-__all__ = ["agent_rows", "group_by_architecture", "pad_index_batches"]
+from agile_core.networks.stacked import NotStackableError
+
+__all__ = ["agent_rows", "all_stackable", "group_by_architecture", "pad_index_batches"]
 
 GroupT = TypeVar("GroupT")
 
@@ -27,6 +29,19 @@ def group_by_architecture(population: Sequence[Any], key: Callable[[Any], str],
     for slot, agent in enumerate(population):
         by_key.setdefault(key(agent), []).append(slot)
     return [(slots, build([population[slot] for slot in slots])) for slots in by_key.values()]
+
+
+def all_stackable(population: Sequence[Any], agent_type: type, build: Callable[[list[Any]], Any]) -> bool:
+    """Whether every agent is exactly `agent_type` and `build([agent])` can stack its networks
+    (``NotStackableError`` otherwise): the condition of a batched phase."""
+    try:
+        for agent in population:
+            if type(agent) is not agent_type:
+                return False
+            build([agent])
+    except NotStackableError:
+        return False
+    return True
 
 
 def agent_rows(slots: Sequence[int], per_agent: int) -> np.ndarray:
