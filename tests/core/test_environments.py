@@ -71,3 +71,25 @@ def test_missing_entrypoint_attribute_is_reported():
         make_vector_env(GymEnvSpec(name="x", entrypoint="tests.core.envs_fixture.counter_env:Nope"))
     with pytest.raises(EnvironmentBuildError, match="cannot make 'NoSuchEnv-v9'"):
         make_vector_env(GymEnvSpec(name="NoSuchEnv-v9", num_envs=1))
+
+
+def test_population_env_is_seeded_from_the_given_env() -> None:
+    """A seeded vector env widened for a population gives the same episodes on every run."""
+    import gymnasium as gym
+    from gymnasium.vector import SyncVectorEnv
+
+    from agile_core.training.envs import population_vector_env
+
+    def first_observations(native: bool) -> np.ndarray:
+        if native:
+            env = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="vector_entry_point")
+        else:
+            env = SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 2)
+        env.reset(seed=7)
+        widened = population_vector_env(env, 3)
+        assert widened is not None and widened.num_envs == 6
+        obs, _ = widened.reset()
+        return obs
+
+    for native in (True, False):
+        np.testing.assert_array_equal(first_observations(native), first_observations(native))

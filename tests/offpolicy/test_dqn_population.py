@@ -26,12 +26,12 @@ def filled_memory(rows: int = 500) -> ReplayBuffer:
     return memory
 
 
-def population() -> list[DQN]:
+def population(double: bool = True) -> list[DQN]:
     """Same architecture (one has an inserted residual layer, replayed on all), different hyperparameters."""
     settings = [dict(lr=1e-3, batch_size=16, gamma=0.99, tau=1e-2),
                 dict(lr=3e-3, batch_size=24, gamma=0.9, tau=5e-3),
                 dict(lr=5e-4, batch_size=8, gamma=0.95, tau=1.0)]
-    agents = [DQN(OBS, ACT, net_config=NET, seed=index, **hp) for index, hp in enumerate(settings)]
+    agents = [DQN(OBS, ACT, net_config=NET, seed=index, double=double, **hp) for index, hp in enumerate(settings)]
     for agent in agents:
         agent.actor.mutate("encoder.add_layer", np.random.default_rng(3), hidden_layer=0)
         agent.actor_target.mutate("encoder.add_layer", np.random.default_rng(3), hidden_layer=0)
@@ -47,14 +47,16 @@ def test_stacked_forward_equals_each_member() -> None:
     assert torch.allclose(stacked(x), expected, atol=1e-6)
 
 
-def test_batched_learning_equals_one_by_one_learning() -> None:
+@pytest.mark.parametrize(("fused", "double"), [(True, True), (True, False), (False, True)])
+def test_batched_learning_equals_one_by_one_learning(fused: bool, double: bool) -> None:
     memory = filled_memory()
-    batched, reference = population(), population()
+    batched, reference = population(double), population(double)
     for agent in reference:  # a first step outside the group, so Adam starts from saved state
         agent.learn(memory.sample(agent.batch_size, agent.rng))
     for agent in batched:
         agent.learn(memory.sample(agent.batch_size, agent.rng))
-    group = DQNGroup(batched)
+    group = DQNGroup(batched, fused=fused)
+    assert (group.chain is not None) == fused
     schedule = [(True, True, True), (True, False, True), (False, True, True), (True, True, True)] * 2
     for active in schedule:
         losses = group.learn(group.sample(memory, active), active)

@@ -70,9 +70,10 @@ def adam_state(agent: PPO) -> list[tuple[float, torch.Tensor, torch.Tensor]]:
     return [(float(s["step"]), s["exp_avg"], s["exp_avg_sq"]) for s in states]
 
 
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "autograd"])
 @pytest.mark.parametrize("share_encoders", [True, False], ids=["shared", "separate"])
 @pytest.mark.parametrize("action_kind", list(ACTIONS))
-def test_group_learning_equals_learning_one_by_one(action_kind: str, share_encoders: bool) -> None:
+def test_group_learning_equals_learning_one_by_one(action_kind: str, share_encoders: bool, fused: bool) -> None:
     action_space = ACTIONS[action_kind]
     one_by_one, batched = members(action_space, share_encoders), members(action_space, share_encoders)
     torch.manual_seed(0)
@@ -81,7 +82,8 @@ def test_group_learning_equals_learning_one_by_one(action_kind: str, share_encod
     for _ in range(2):  # the second update starts from the Adam state of the first
         expected = [agent.learn(buffer) for agent, buffer in zip(one_by_one, buffers, strict=True)]
         first = first or expected
-        group = PPOGroup(batched)
+        group = PPOGroup(batched, fused=fused)
+        assert (group.fused is not None) == fused
         stats = group.learn(buffers)
         group.copy_to_members()
         for mine, theirs in zip(stats, expected, strict=True):

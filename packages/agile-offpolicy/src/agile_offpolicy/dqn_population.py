@@ -3,7 +3,9 @@
 Each member keeps its own hyperparameters, exactly: batch size (smaller batches are padded and
 weighted out of the loss), learning rate and Adam state, gamma, tau, gradient clipping and its
 own sampling RNG. One learning step of the group equals one ``DQN.learn`` per member on the same
-batches (to float rounding; tested). Build a group at the start of a training phase and call
+batches (to float rounding; tested). Plain MLP Q networks run as a
+:class:`~agile_core.networks.fused.FusedMLPChain` (one forward call for the batch and its
+bootstrap observations, a hand-written backward pass); other stackable networks use autograd. Build a group at the start of a training phase and call
 :meth:`DQNGroup.copy_to_members` at its end, before anything else reads the agents.
 """
 
@@ -18,6 +20,8 @@ import torch.nn.functional as F
 from gymnasium import spaces
 
 from agile_core.networks import preprocess_observation
+from agile_core.networks.fused import FusedMLPChain
+from agile_core.networks.q_networks import QNetwork
 from agile_core.networks.stacked import (
     FlatParameters,
     NotStackableError,
@@ -35,9 +39,14 @@ BATCHABLE_OBSERVATIONS = (spaces.Box, spaces.Discrete)
 
 
 class DQNGroup:
-    """Stacked Q networks, target networks and Adam of `members` (plain DQN agents)."""
+    """Stacked Q networks, target networks and Adam of `members` (plain DQN agents).
 
-    def __init__(self, members: Sequence[DQN]) -> None:
+    Args:
+        members: The agents, all plain :class:`DQN` with the same network architecture.
+        fused: Run MLP Q networks as fused chains (the default); False always uses autograd.
+    """
+
+    def __init__(self, members: Sequence[DQN], fused: bool = True) -> None:
         first = members[0]
         if any(type(member) is not DQN for member in members):
             raise NotStackableError("only plain DQN agents are grouped")
@@ -58,6 +67,12 @@ class DQNGroup:
         self.max_grad_norm = first.max_grad_norm
         self.gamma = torch.tensor([m.gamma for m in members], dtype=torch.float32, device=self.device).unsqueeze(1)
         self.tau = torch.tensor([m.tau for m in members], dtype=torch.float32, device=self.device).unsqueeze(1)
+        self.chain = self.target_chain = None
+        if fused:
+            try:
+                self.chain, self.target_chain = _fused_chain(self.actor), _fused_chain(self.actor_target)
+            except NotStackableError:
+                self.chain = self.target_chain = None
 
     def __len__(self) -> int:
         return len(self.members)
@@ -69,6 +84,8 @@ class DQNGroup:
 
     def q_values(self, obs: Any) -> torch.Tensor:
         """Q values ``[P, rows, n]`` of observations ``[P, rows, ...]`` (no gradient)."""
+        if self.chain is not None:
+            return self.chain.forward(self._inputs(obs))
         with torch.no_grad():
             return self.actor(self._inputs(obs))
 
@@ -106,17 +123,11 @@ class DQNGroup:
         actions = torch.as_tensor(actions, device=self.device).long().reshape(*weights.shape, 1) - first.action_start
         rewards = torch.as_tensor(rewards, device=self.device, dtype=torch.float32).reshape(weights.shape)
         done = torch.as_tensor(done, device=self.device, dtype=torch.float32).reshape(weights.shape)
-        with torch.no_grad():
-            next_inputs = self._inputs(next_obs)
-            next_q_target = self.actor_target(next_inputs)
-            chooser = self.actor(next_inputs) if self.double else next_q_target
-            next_q = next_q_target.gather(-1, chooser.argmax(dim=-1, keepdim=True)).squeeze(-1)
-            td_target = rewards + self.gamma * (1.0 - done) * next_q
-        q_taken = self.actor(self._inputs(obs)).gather(-1, actions).squeeze(-1)
-        losses = (F.smooth_l1_loss(q_taken, td_target, reduction="none") * weights).sum(dim=1)
-
         self.optimizer.zero_grad()
-        losses.sum().backward()
+        if self.chain is not None:
+            losses = self._fused_losses_and_grads(obs, actions, rewards, next_obs, done, weights)
+        else:
+            losses = self._autograd_losses_and_grads(obs, actions, rewards, next_obs, done, weights)
         if self.max_grad_norm is not None:
             clip_flat_grad_norm(self.optimizer.flat, self.max_grad_norm)
         mask = torch.as_tensor(np.asarray(active, dtype=bool))
@@ -125,7 +136,7 @@ class DQNGroup:
         with torch.no_grad():  # target <- tau * online + (1 - tau) * target, idle members unchanged
             weight = self.tau if all_active else self.tau * mask.to(self.tau).unsqueeze(1)
             self.target_flat.data.lerp_(self.optimizer.parameters, weight)
-        values = losses.detach().cpu().tolist()
+        values = losses.tolist()
         result: list[float | None] = []
         for member, on, value in zip(self.members, active, values, strict=True):
             if on:
@@ -133,11 +144,59 @@ class DQNGroup:
             result.append(float(value) if on else None)
         return result
 
+    def _td_target(self, next_q_target: torch.Tensor, chooser: torch.Tensor, rewards: torch.Tensor,
+                   done: torch.Tensor) -> torch.Tensor:
+        next_q = next_q_target.gather(-1, chooser.argmax(dim=-1, keepdim=True)).squeeze(-1)
+        return rewards + self.gamma * (1.0 - done) * next_q
+
+    def _fused_losses_and_grads(self, obs: Any, actions: torch.Tensor, rewards: torch.Tensor, next_obs: Any,
+                                done: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """Per-member losses ``[P]``, with their gradients written into the stacked parameters."""
+        assert self.chain is not None and self.target_chain is not None
+        rows = weights.shape[1]
+        inputs, next_inputs = self._inputs(obs), self._inputs(next_obs)
+        tape: list[Any] = []
+        if self.double:  # one online call for the batch and the rows it bootstraps from
+            q_all = self.chain.forward(torch.cat([inputs, next_inputs], dim=1), tape)
+            q, chooser = q_all[:, :rows], q_all[:, rows:]
+            next_q_target = self.target_chain.forward(next_inputs)
+        else:
+            q = self.chain.forward(inputs, tape)
+            chooser = next_q_target = self.target_chain.forward(next_inputs)
+        td_target = self._td_target(next_q_target, chooser, rewards, done)
+        q_taken = q.gather(-1, actions).squeeze(-1)
+        losses = (F.smooth_l1_loss(q_taken, td_target, reduction="none") * weights).sum(dim=1)
+        # d losses.sum() / d q_taken is the smooth L1 derivative times each row's weight
+        row_grads = torch.ops.aten.smooth_l1_loss_backward(weights, q_taken, td_target, 0, 1.0)
+        q_grads = torch.zeros_like(q).scatter_(-1, actions, row_grads.unsqueeze(-1))
+        self.chain.backward(tape, q_grads, rows if self.double else None)
+        return losses
+
+    def _autograd_losses_and_grads(self, obs: Any, actions: torch.Tensor, rewards: torch.Tensor, next_obs: Any,
+                                   done: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """The same as :meth:`_fused_losses_and_grads` through the stacked modules and autograd."""
+        with torch.no_grad():
+            next_inputs = self._inputs(next_obs)
+            next_q_target = self.actor_target(next_inputs)
+            chooser = self.actor(next_inputs) if self.double else next_q_target
+            td_target = self._td_target(next_q_target, chooser, rewards, done)
+        q_taken = self.actor(self._inputs(obs)).gather(-1, actions).squeeze(-1)
+        losses = (F.smooth_l1_loss(q_taken, td_target, reduction="none") * weights).sum(dim=1)
+        losses.sum().backward()
+        return losses.detach()
+
     def copy_to_members(self) -> None:
         """Write weights, target weights and Adam state back into the member agents."""
         copy_to_members(self.actor, [m.actor for m in self.members])
         copy_to_members(self.actor_target, [m.actor_target for m in self.members])
         self.optimizer.copy_to_members()
+
+
+def _fused_chain(network: torch.nn.Module) -> FusedMLPChain:
+    """The fused version of a stacked feed-forward MLP :class:`QNetwork` (encoder then head)."""
+    if type(network) is not QNetwork or network.recurrent:
+        raise NotStackableError("only feed-forward QNetworks run fused")
+    return FusedMLPChain([network.encoder, network.head])
 
 
 def _unflatten(field: Any, shape: tuple[int, int]) -> Any:

@@ -9,6 +9,10 @@ others go on), ``normalize_advantages`` and ``clip_vloss``, and its minibatch or
 own ``rng`` exactly as :meth:`PPO.learn` draws it. Learning a group equals one ``PPO.learn`` per
 member on the same rollouts (to float rounding; tested).
 
+MLP networks run as :class:`~agile_core.networks.fused.FusedMLPChain` s: the encoders and heads
+without autograd, and only the loss on top of the head outputs (distribution, clipped surrogate,
+value error, entropy) through autograd, whose output gradients the chains then carry back by hand.
+
 Each member's gradient steps run back to back across its epochs, so the group takes as many
 steps as its busiest member, not the sum. Supported: feed-forward PPO agents with Discrete,
 MultiDiscrete or MultiBinary actions over vector (Box, Discrete, MultiDiscrete, MultiBinary)
@@ -30,6 +34,7 @@ from gymnasium import spaces
 from torch import nn
 
 from agile_core.networks import StochasticActor, ValueNetwork, preprocess_observation
+from agile_core.networks.fused import FusedMLPChain, Tape
 from agile_core.networks.stacked import (
     NotStackableError,
     architecture_key,
@@ -53,6 +58,14 @@ def group_key(agent: PPO) -> str:
     return key if agent.share_encoders else f"{key}|{architecture_key(agent.critic)}"
 
 
+_FusedHeads = tuple[list[Tape], torch.Tensor, torch.Tensor]
+"""Tapes of a fused forward pass and its head outputs and values (the autograd leaves)."""
+
+
+def _grad_or_zeros(leaf: torch.Tensor) -> torch.Tensor:
+    return leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
+
+
 @dataclass
 class _Rollouts:
     """The learning members' rollouts laid out ``[P, rows, ...]`` (zero-padded to the longest)."""
@@ -63,10 +76,53 @@ class _Rollouts:
     masks: torch.Tensor | None
 
 
-class PPOGroup:
-    """Stacked networks and Adam of `members` (plain, feed-forward PPO agents)."""
+class _FusedNetworks:
+    """A group's stacked actor and critic as fused chains: encoder(s), then policy and value heads."""
 
-    def __init__(self, members: Sequence[PPO]) -> None:
+    def __init__(self, actor: nn.Module, critic: nn.Module | None) -> None:
+        if type(actor) not in (StochasticActor, SharedActorCritic) or (critic is not None and
+                                                                        type(critic) is not ValueNetwork):
+            raise NotStackableError("only plain actor and value networks run fused")
+        self.encoder = FusedMLPChain([actor.encoder])
+        self.head = FusedMLPChain([actor.head])
+        self.critic_encoder = None if critic is None else FusedMLPChain([critic.encoder])
+        self.value_head = FusedMLPChain([actor.value_head if critic is None else critic.head])
+
+    def forward(self, inputs: torch.Tensor, tapes: list[Tape] | None = None,
+                critic: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Policy head outputs ``[P, rows, n]`` and (when `critic`) values ``[P, rows, 1]``; pass four
+        empty `tapes` to record what :meth:`backward` needs."""
+        encoder_tape, head_tape, critic_tape, value_tape = tapes if tapes is not None else (None,) * 4
+        latent = self.encoder.forward(inputs, encoder_tape)
+        outputs = self.head.forward(latent, head_tape)
+        if not critic:
+            return outputs, None
+        if self.critic_encoder is not None:
+            latent = self.critic_encoder.forward(inputs, critic_tape)
+        return outputs, self.value_head.forward(latent, value_tape)
+
+    def backward(self, tapes: list[Tape], output_grad: torch.Tensor, value_grad: torch.Tensor) -> None:
+        """Accumulate the parameter gradients of ``sum(output_grad * outputs + value_grad * values)``."""
+        encoder_tape, head_tape, critic_tape, value_tape = tapes
+        latent_grad = self.head.backward(head_tape, output_grad, input_grad=True)
+        critic_latent_grad = self.value_head.backward(value_tape, value_grad, input_grad=True)
+        assert latent_grad is not None and critic_latent_grad is not None
+        if self.critic_encoder is None:
+            self.encoder.backward(encoder_tape, latent_grad + critic_latent_grad)
+        else:
+            self.encoder.backward(encoder_tape, latent_grad)
+            self.critic_encoder.backward(critic_tape, critic_latent_grad)
+
+
+class PPOGroup:
+    """Stacked networks and Adam of `members` (plain, feed-forward PPO agents).
+
+    Args:
+        members: The agents, all plain :class:`PPO` with the same architectures.
+        fused: Run MLP networks as fused chains (the default); False always uses autograd.
+    """
+
+    def __init__(self, members: Sequence[PPO], fused: bool = True) -> None:
         if not members:
             raise ValueError("a PPOGroup needs at least one member")
         first = members[0]
@@ -97,6 +153,12 @@ class PPOGroup:
             learner = nn.ModuleDict({"actor": self.actor, "critic": self.critic})
             member_nets = [nn.ModuleDict({"actor": m.actor, "critic": m.critic}) for m in members]
         self.optimizer = StackedAdam(learner, member_nets, [m.optimizer for m in members])
+        self.fused: _FusedNetworks | None = None
+        if fused:
+            try:
+                self.fused = _FusedNetworks(self.actor, self.critic)
+            except NotStackableError:
+                self.fused = None
 
         def column(name: str, dtype: torch.dtype = torch.float32) -> torch.Tensor:
             return torch.tensor([getattr(m, name) for m in members], dtype=dtype, device=self.device).unsqueeze(1)
@@ -142,11 +204,10 @@ class PPOGroup:
         `action_mask` ``[P * rows, n]`` is applied as :meth:`PPO.prepare_action_mask` prepares it.
         """
         with torch.inference_mode():
-            critic_latent, dist = self._policy(obs, action_mask, critic=True)
+            value, dist = self._policy(obs, action_mask, critic=True)
             raw = dist.mode() if deterministic else dist.sample()
             log_prob = dist.log_prob(raw)
-            assert critic_latent is not None
-            value = self._value(critic_latent)
+            assert value is not None
         return (self._env_shaped(raw), log_prob.reshape(-1).cpu().numpy().astype(np.float32),
                 value.reshape(-1).cpu().numpy().astype(np.float32))
 
@@ -157,13 +218,19 @@ class PPOGroup:
             return self._env_shaped(self._policy(obs, action_mask, critic=False)[1].mode())
 
     def _policy(self, obs: Any, action_mask: Any, critic: bool) -> tuple[torch.Tensor | None, Any]:
-        """The critic latent (when asked for) and the action distribution of observations ``[P * rows, ...]``."""
+        """The values ``[P, rows]`` (when asked for) and the action distribution of observations
+        ``[P * rows, ...]``."""
         inputs = self._inputs(obs)
         mask = self.members[0].prepare_action_mask(action_mask)
-        latent, critic_latent = self._latents(inputs) if critic else (self.actor.encode(inputs)[0], None)
         members, rows = inputs.shape[0], inputs.shape[1]
-        dist = self.actor.distribution_from_latent(latent, None if mask is None else mask.reshape(members, rows, -1))
-        return critic_latent, dist
+        mask = None if mask is None else mask.reshape(members, rows, -1)
+        if self.fused is not None:
+            outputs, values = self.fused.forward(inputs, critic=critic)
+            return None if values is None else values.squeeze(-1), self.actor.distribution_from_head(outputs, mask)
+        if not critic:
+            return None, self.actor.distribution_from_latent(self.actor.encode(inputs)[0], mask)
+        latent, critic_latent = self._latents(inputs)
+        return self._value(critic_latent), self.actor.distribution_from_latent(latent, mask)
 
     def _env_shaped(self, raw: torch.Tensor) -> np.ndarray:
         """Raw actions ``[P, rows, ...]`` as ``PPO.get_action`` returns them, flattened member-major."""
@@ -175,7 +242,12 @@ class PPOGroup:
     def values(self, obs: Any) -> np.ndarray:
         """``V(obs)`` float32 ``[P * rows]`` for observations ``[P * rows, ...]`` (member-major)."""
         with torch.inference_mode():
-            return self._value(self._latents(self._inputs(obs))[1]).reshape(-1).cpu().numpy().astype(np.float32)
+            inputs = self._inputs(obs)
+            if self.fused is not None:
+                values = self.fused.forward(inputs)[1]
+                assert values is not None
+                return values.reshape(-1).cpu().numpy().astype(np.float32)
+            return self._value(self._latents(inputs)[1]).reshape(-1).cpu().numpy().astype(np.float32)
 
     # ------------------------------------------------------------------ learning
     def learn(self, buffers: Sequence[RolloutBuffer | None]) -> list[dict[str, float] | None]:
@@ -202,7 +274,7 @@ class PPOGroup:
                 batches.append(empty if rows is None else rows)
             if not running.any():
                 break
-            loss, summary = self._losses(rollouts, *pad_index_batches(batches))
+            loss, summary, heads = self._losses(rollouts, *pad_index_batches(batches))
             stepping = running.copy()
             if any(target is not None for target in self.target_kl):
                 kls = summary[:, LOSS_NAMES.index("approx_kl")].tolist()
@@ -215,6 +287,10 @@ class PPOGroup:
             mask = torch.as_tensor(stepping, device=self.device)
             self.optimizer.zero_grad()
             (loss * mask).sum().backward()
+            if heads is not None:  # carry the head-output gradients back through the fused networks
+                assert self.fused is not None
+                tapes, outputs, values = heads
+                self.fused.backward(tapes, _grad_or_zeros(outputs), _grad_or_zeros(values))
             clip_flat_grad_norm(self.optimizer.flat, self.max_grad_norm)
             self.optimizer.step(mask)
             totals += summary * mask.unsqueeze(1)
@@ -268,9 +344,11 @@ class PPOGroup:
                 stacked.masks[slot, :count] = masks
         return stacked
 
-    def _losses(self, rollouts: _Rollouts, rows: np.ndarray, weights: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        """``PPO.compute_losses`` of every member's minibatch at once: the losses ``[P]`` to minimise
-        and, without gradients, the statistics ``[P, 6]`` in ``LOSS_NAMES`` order.
+    def _losses(self, rollouts: _Rollouts, rows: np.ndarray,
+                weights: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, _FusedHeads | None]:
+        """``PPO.compute_losses`` of every member's minibatch at once: the losses ``[P]`` to minimise,
+        without gradients the statistics ``[P, 6]`` in ``LOSS_NAMES`` order, and for fused
+        networks the tapes and head outputs (autograd leaves) their backward pass starts from.
 
         `rows` ``[P, width]`` indexes each member's rollout rows, `weights` ``[P, width]`` is 1/size on
         a member's real rows and 0 on padding (means become weighted sums)."""
@@ -293,9 +371,19 @@ class PPOGroup:
             normalize = self.normalize_advantages & torch.as_tensor(sizes > 1, device=self.device)
             advantages = torch.where(normalize, centered / (std + 1e-8), advantages)
 
-        latent, critic_latent = self._latents(inputs)
-        dist = self.actor.distribution_from_latent(latent, masks)
-        log_prob, entropy, value = dist.log_prob(actions), dist.entropy(), self._value(critic_latent)
+        heads: _FusedHeads | None = None
+        if self.fused is not None:
+            tapes: list[Tape] = [[], [], [], []]
+            outputs, values = self.fused.forward(inputs, tapes)
+            assert values is not None
+            outputs.requires_grad_()
+            values.requires_grad_()
+            heads = (tapes, outputs, values)
+            dist, value = self.actor.distribution_from_head(outputs, masks), values.squeeze(-1)
+        else:
+            latent, critic_latent = self._latents(inputs)
+            dist, value = self.actor.distribution_from_latent(latent, masks), self._value(critic_latent)
+        log_prob, entropy = dist.log_prob(actions), dist.entropy()
         log_ratio = log_prob - old_log_probs
         ratio = log_ratio.exp()
         surrogate = torch.min(ratio * advantages, ratio.clamp(self.ratio_low, self.ratio_high) * advantages)
@@ -314,7 +402,7 @@ class PPOGroup:
                                          dim=-1)
             summary = torch.cat([loss.unsqueeze(1), means * self.stat_scale,
                                  (kl_and_clipped * weight.unsqueeze(-1)).sum(dim=1)], dim=1)
-        return loss, summary
+        return loss, summary, heads
 
     def _results(self, buffers: Sequence[RolloutBuffer | None], totals: torch.Tensor, steps: np.ndarray,
                  epochs: list[int], stopped: np.ndarray) -> list[dict[str, float] | None]:

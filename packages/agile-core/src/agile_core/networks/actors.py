@@ -153,7 +153,11 @@ class StochasticActor(EvolvableNetwork):
 
     def distribution_from_latent(self, latent: torch.Tensor, action_mask: torch.Tensor | None = None) -> ActionDistribution:
         """The action distribution for latent vectors ``[..., latent_dim]``."""
-        out = self.head(latent)
+        return self.distribution_from_head(self.head(latent), action_mask)
+
+    def distribution_from_head(self, out: torch.Tensor, action_mask: torch.Tensor | None = None) -> ActionDistribution:
+        """The action distribution for the policy head's outputs ``[..., outputs]`` (logits, or
+        Gaussian means for Box actions)."""
         if self.action_kind == "discrete":
             return CategoricalDistribution(out, action_mask)
         if self.action_kind == "multidiscrete":

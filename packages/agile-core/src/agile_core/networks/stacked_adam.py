@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -54,10 +55,11 @@ class StackedAdam:
             if any(id(target) not in params for target, params in zip(targets, owned, strict=True)):
                 raise NotStackableError("a member's optimizer does not own all of its network's parameters")
         self.flat = FlatParameters(stacked)
-        self.lr = torch.tensor([float(opt.param_groups[0]["lr"]) for opt in optimizers], dtype=torch.float64)
+        # Per-member scalars stay in float64 numpy, as torch.optim.Adam computes them in Python floats.
+        self.lr = np.array([float(opt.param_groups[0]["lr"]) for opt in optimizers], dtype=np.float64)
         self.exp_avg = torch.zeros_like(self.flat.data)
         self.exp_avg_sq = torch.zeros_like(self.flat.data)
-        self.step_count = torch.zeros(len(optimizers), dtype=torch.float64)
+        self.step_count = np.zeros(len(optimizers), dtype=np.float64)
         for member, optimizer in enumerate(self.optimizers):
             for index, (_, targets) in enumerate(self.pairs):
                 state = optimizer.state.get(targets[member])
@@ -90,10 +92,11 @@ class StackedAdam:
         if active is not None and bool(active.all()):
             active = None
         active_cpu = None if active is None else active.to("cpu", torch.bool)
-        self.step_count += 1.0 if active_cpu is None else active_cpu.to(torch.float64)
-        step = self.step_count.clamp(min=1.0)
-        step_size = (self.lr / (1 - self.beta1 ** step)).to(param).unsqueeze(1)
-        correction = (1 - self.beta2 ** step).sqrt().to(param).unsqueeze(1)
+        self.step_count += 1.0 if active_cpu is None else active_cpu.numpy()
+        step = np.maximum(self.step_count, 1.0)
+        scalars = np.stack([self.lr / (1 - self.beta1 ** step), np.sqrt(1 - self.beta2 ** step)], axis=1)
+        scalars_t = torch.from_numpy(scalars.astype(np.float32)).to(param.device)
+        step_size, correction = scalars_t[:, :1], scalars_t[:, 1:]
         with torch.no_grad():
             if active_cpu is None:
                 self.exp_avg.lerp_(grad, 1 - self.beta1)

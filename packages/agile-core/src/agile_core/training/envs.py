@@ -57,19 +57,30 @@ def population_vector_env(env: VectorEnv, agents: int) -> VectorEnv | None:
     when `env` cannot be rebuilt (then the loops step agents one by one in `env`).
 
     Rebuilt: Gymnasium's native vector envs (``vector_entry_point``) and ``SyncVectorEnv``s whose
-    factories make a fresh env per call. Subprocess envs and wrapped vector envs are not.
+    factories make a fresh env per call. Subprocess envs and wrapped vector envs are not. The new
+    env is reset with a seed drawn from `env`'s own RNG, so a seeded `env` gives a reproducible run.
     """
     if agents == 1:
         return env
     if getattr(env, "agile_shared_instance", False):
         return None
     count = env.num_envs * agents
+    widened: VectorEnv | None = None
     if type(env) is SyncVectorEnv:
-        return SyncVectorEnv(list(env.env_fns) * agents, copy=env.copy, observation_mode=env.observation_mode,
-                             autoreset_mode=AutoresetMode.NEXT_STEP)
+        widened = SyncVectorEnv(list(env.env_fns) * agents, copy=env.copy, observation_mode=env.observation_mode,
+                                autoreset_mode=AutoresetMode.NEXT_STEP)
     spec = env.spec
-    if (env.unwrapped is env and spec is not None and spec.vector_entry_point is not None
+    if (widened is None and env.unwrapped is env and spec is not None and spec.vector_entry_point is not None
             and spec.kwargs.get("vectorization_mode") == "vector_entry_point"):
         kwargs = {k: v for k, v in spec.kwargs.items() if k not in ("num_envs", "vectorization_mode")}
-        return gym.make_vec(spec.id, num_envs=count, vectorization_mode="vector_entry_point", **kwargs)
-    return None
+        widened = gym.make_vec(spec.id, num_envs=count, vectorization_mode="vector_entry_point", **kwargs)
+    if widened is not None:
+        widened.reset(seed=_seed_drawn_from(env))
+    return widened
+
+
+def _seed_drawn_from(env: VectorEnv) -> int:
+    """A seed from the RNG of `env` (its first sub-env when it has sub-envs)."""
+    envs = getattr(env, "envs", None)
+    source = envs[0] if envs else env
+    return int(source.np_random.integers(2**31 - 1))

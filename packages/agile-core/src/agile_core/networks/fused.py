@@ -1,0 +1,229 @@
+"""Stacked MLPs run as a flat list of batched ops, with a hand-written backward pass.
+
+A stacked network (:func:`~agile_core.networks.stacked.stack_modules`) already computes ``P``
+members in one call per layer, but each call still goes through ``nn.Module`` dispatch and the
+autograd engine; at RL sizes on a CPU that bookkeeping costs about as much as the arithmetic.
+:class:`FusedMLPChain` runs a chain of stacked :class:`~agile_core.networks.mlp.EvolvableMLP`
+modules (e.g. a Q network's encoder then head) as a plain loop over ``baddbmm``, layer norm and
+activation kernels, and differentiates it by hand with the same ATen backward kernels autograd
+would call. Gradients are accumulated into the stacked parameters' ``.grad`` tensors, so
+:class:`~agile_core.networks.stacked_adam.StackedAdam` and gradient clipping work unchanged.
+
+Two things autograd cannot do cheaply are free here: the forward pass can carry extra rows that
+take no part in the backward pass (one call for a learner's batch and its bootstrap
+observations), and nothing is recorded for forward-only calls. Chains with a layer this module
+does not know (an activation outside :data:`ACTIVATIONS`, a noisy layer) raise
+:class:`~agile_core.networks.stacked.NotStackableError`; callers then use the stacked module
+with autograd.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from agile_core.networks.mlp import EvolvableMLP
+from agile_core.networks.stacked import NotStackableError, StackedDenseBlock, StackedLayerNorm, StackedLinear
+
+__all__ = ["ACTIVATIONS", "FusedMLPChain", "Tape"]
+
+aten = torch.ops.aten
+Backward = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+"""``(grad_output, input, output) -> grad_input`` of an activation."""
+
+
+@dataclass(frozen=True)
+class _Activation:
+    forward: Callable[[torch.Tensor], torch.Tensor]
+    backward: Backward | None  # None: identity
+
+
+def _activation(module: nn.Module) -> _Activation:
+    """Forward and backward kernels of an activation module (those autograd itself uses)."""
+    kind = type(module)
+    if kind is nn.Identity:
+        return _Activation(lambda x: x, None)
+    if kind is nn.ReLU:
+        return _Activation(torch.relu, lambda g, x, y: aten.threshold_backward(g, y, 0))
+    if kind is nn.Tanh:
+        return _Activation(torch.tanh, lambda g, x, y: aten.tanh_backward(g, y))
+    if kind is nn.Sigmoid:
+        return _Activation(torch.sigmoid, lambda g, x, y: aten.sigmoid_backward(g, y))
+    if kind is nn.GELU:
+        approximate = str(module.approximate)  # type: ignore[attr-defined]
+        return _Activation(lambda x: aten.gelu(x, approximate=approximate),
+                           lambda g, x, y: aten.gelu_backward(g, x, approximate=approximate))
+    if kind is nn.ELU:
+        alpha = float(module.alpha)  # type: ignore[attr-defined]
+        return _Activation(lambda x: aten.elu(x, alpha),
+                           lambda g, x, y: aten.elu_backward(g, alpha, 1, 1, False, x))
+    if kind is nn.LeakyReLU:
+        slope = float(module.negative_slope)  # type: ignore[attr-defined]
+        return _Activation(lambda x: aten.leaky_relu(x, slope),
+                           lambda g, x, y: aten.leaky_relu_backward(g, x, slope, False))
+    raise NotStackableError(f"{kind.__name__} has no fused version")
+
+
+ACTIVATIONS = ("Identity", "ReLU", "Tanh", "Sigmoid", "GELU", "ELU", "LeakyReLU")
+"""Activation modules a fused chain can run."""
+
+
+@dataclass(frozen=True)
+class _Layer:
+    """Linear -> optional LayerNorm -> activation, optionally as a gated residual block.
+
+    Holds the stacked parameters themselves (not their modules), so the hot loops skip
+    ``nn.Module`` attribute lookups; the parameters are updated in place by the optimizer."""
+
+    weight: torch.Tensor  # [P, in, out]
+    bias: torch.Tensor | None  # [P, 1, out]
+    norm_shape: list[int] | None  # None: no LayerNorm
+    norm_eps: float
+    norm_weight: torch.Tensor | None  # [P, 1, out]
+    norm_bias: torch.Tensor | None
+    activation: _Activation
+    shortcut: torch.Tensor | None  # residual blocks: [P, in, out]; None otherwise
+    gate: torch.Tensor | None  # [P, 1, 1]
+
+    @classmethod
+    def of(cls, linear: StackedLinear, norm: StackedLayerNorm | None, activation: nn.Module,
+           block: StackedDenseBlock | None) -> _Layer:
+        """The layer of a stacked linear (+ norm) + activation (+ residual `block`)."""
+        residual = block is not None and block.residual
+        return cls(linear.weight, linear.bias, None if norm is None else list(norm.normalized_shape),
+                   0.0 if norm is None else norm.eps, None if norm is None else norm.weight,
+                   None if norm is None else norm.bias, _activation(activation),
+                   block.shortcut if residual else None, block.gate if residual else None)  # type: ignore[union-attr]
+
+
+@dataclass
+class _Saved:
+    """What one layer's backward pass reads (full forward rows; sliced when read)."""
+
+    inputs: torch.Tensor
+    pre_norm: torch.Tensor
+    normalised: torch.Tensor | None
+    mean: torch.Tensor | None
+    rstd: torch.Tensor | None
+    pre_activation: torch.Tensor
+    output: torch.Tensor
+
+
+Tape = list[_Saved]
+"""Activations recorded by :meth:`FusedMLPChain.forward` for :meth:`FusedMLPChain.backward`."""
+
+
+def _layers_of(mlp: nn.Module) -> list[_Layer]:
+    if not isinstance(mlp, EvolvableMLP):
+        raise NotStackableError(f"{type(mlp).__name__} is not a stacked EvolvableMLP")
+    layers: list[_Layer] = []
+    for block in mlp.layers:
+        if not isinstance(block, StackedDenseBlock):
+            raise NotStackableError(f"{type(block).__name__} is not a stacked dense block")
+        layers.append(_Layer.of(block.main, block.norm, block.activation, block))
+    output = mlp.output_layer
+    if not isinstance(output, StackedLinear):
+        raise NotStackableError(f"{type(output).__name__} output layers have no fused version")
+    layers.append(_Layer.of(output, None, mlp.output_act, None))
+    return layers
+
+
+class FusedMLPChain:
+    """``mlps[-1](...mlps[1](mlps[0](x)))`` for stacked MLPs, with a hand-written backward pass.
+
+    Args:
+        mlps: Stacked :class:`EvolvableMLP` modules (children of a module built by
+            ``stack_modules``), applied in order. Their parameters are used in place, so the
+            chain follows optimizer updates without rebuilding.
+    """
+
+    def __init__(self, mlps: Sequence[nn.Module]) -> None:
+        if not mlps:
+            raise ValueError("a fused chain needs at least one MLP")
+        first = mlps[0]
+        self.input_shape = tuple(getattr(first, "input_shape", ()))
+        self.num_inputs = int(getattr(first, "num_inputs", 0))
+        self.layers = [layer for mlp in mlps for layer in _layers_of(mlp)]
+
+    def forward(self, x: torch.Tensor, tape: Tape | None = None) -> torch.Tensor:
+        """Outputs ``[P, rows, out]`` of inputs ``[P, rows, *input_shape]`` (no autograd graph);
+        pass a `tape` to record what :meth:`backward` needs."""
+        with torch.no_grad():
+            if len(self.input_shape) != 1:
+                x = x.reshape(x.shape[0], x.shape[1], self.num_inputs)
+            for layer in self.layers:
+                x = self._layer_forward(layer, x, tape)
+        return x
+
+    @staticmethod
+    def _layer_forward(layer: _Layer, x: torch.Tensor, tape: Tape | None) -> torch.Tensor:
+        h = torch.bmm(x, layer.weight) if layer.bias is None else torch.baddbmm(layer.bias, x, layer.weight)
+        normalised = mean = rstd = None
+        a = h
+        if layer.norm_shape is not None:
+            normalised, mean, rstd = aten.native_layer_norm(h, layer.norm_shape, None, None, layer.norm_eps)
+            a = normalised * layer.norm_weight if layer.norm_bias is None else \
+                torch.addcmul(layer.norm_bias, normalised, layer.norm_weight)  # type: ignore[arg-type]
+        y = layer.activation.forward(a)
+        if tape is not None:
+            tape.append(_Saved(x, h, normalised, mean, rstd, a, y))
+        if layer.shortcut is None:
+            return y
+        return torch.bmm(x, layer.shortcut) + layer.gate * y
+
+    def backward(self, tape: Tape, grad_output: torch.Tensor, rows: int | None = None,
+                 input_grad: bool = False) -> torch.Tensor | None:
+        """Accumulate into the parameters' ``.grad`` the gradient of ``sum(grad_output * out)``,
+        where ``out`` is the first `rows` rows (all when None) of the taped forward pass; with
+        `input_grad`, also return the gradient with respect to the chain's input (those rows)."""
+        if len(tape) != len(self.layers):
+            raise ValueError("the tape does not come from a forward pass of this chain")
+        grad = grad_output
+        with torch.no_grad():
+            for index in range(len(self.layers) - 1, -1, -1):
+                grad = self._layer_backward(self.layers[index], tape[index], grad, rows,
+                                            need_input_grad=input_grad or index > 0)
+        return grad if input_grad else None
+
+    @staticmethod
+    def _layer_backward(layer: _Layer, saved: _Saved, grad: torch.Tensor, rows: int | None,
+                        need_input_grad: bool) -> torch.Tensor:
+        if rows is not None:  # only the first `rows` forward rows take part
+            saved = _Saved(*(None if t is None else t[:, :rows] for t in vars(saved).values()))  # type: ignore[arg-type]
+        x = saved.inputs
+        shortcut_grad = None
+        if layer.shortcut is not None and layer.gate is not None:  # out = x @ shortcut + gate * y
+            _accumulate(layer.gate, (grad * saved.output).sum(dim=(1, 2), keepdim=True))
+            if need_input_grad:
+                shortcut_grad = torch.bmm(grad, layer.shortcut.transpose(1, 2))
+            grad = grad * layer.gate
+        if layer.activation.backward is not None:
+            grad = layer.activation.backward(grad, saved.pre_activation, saved.output)
+        if layer.norm_shape is not None:
+            assert saved.normalised is not None and saved.mean is not None and saved.rstd is not None
+            assert layer.norm_weight is not None
+            _accumulate(layer.norm_weight, (grad * saved.normalised).sum(dim=1, keepdim=True))
+            if layer.norm_bias is not None:
+                _accumulate(layer.norm_bias, grad.sum(dim=1, keepdim=True))
+            # The kernel reads its inputs as dense row blocks: row slices must be made contiguous.
+            grad = aten.native_layer_norm_backward(grad * layer.norm_weight, saved.pre_norm.contiguous(),
+                                                   layer.norm_shape, saved.mean.contiguous(),
+                                                   saved.rstd.contiguous(), None, None, [True, False, False])[0]
+        _accumulate(layer.weight, torch.bmm(x.transpose(1, 2), grad))
+        if layer.bias is not None:
+            _accumulate(layer.bias, grad.sum(dim=1, keepdim=True))
+        if not need_input_grad:
+            return grad
+        input_grad = torch.bmm(grad, layer.weight.transpose(1, 2))
+        return input_grad if shortcut_grad is None else input_grad + shortcut_grad
+
+
+def _accumulate(param: torch.Tensor, grad: torch.Tensor) -> None:
+    """``param.grad += grad`` in place (as autograd accumulates), creating it when missing."""
+    if param.grad is None:
+        param.grad = grad.clone()
+    else:
+        param.grad.add_(grad)

@@ -1,0 +1,108 @@
+"""FusedMLPChain: the same outputs and gradients as the stacked modules under autograd."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from agile_core.networks.fused import ACTIVATIONS, FusedMLPChain
+from agile_core.networks.mlp import EvolvableMLP
+from agile_core.networks.stacked import FlatParameters, NotStackableError, stack_modules
+
+
+def members(activation: str, layer_norm: bool, count: int = 3) -> list[EvolvableMLP]:
+    """Same architecture with a residual layer whose gate is open, different weights."""
+    nets = []
+    for seed in range(count):
+        torch.manual_seed(seed)
+        net = EvolvableMLP(5, 3, hidden_size=[16, 12], activation=activation, layer_norm=layer_norm,
+                           output_activation="Tanh")
+        net.add_layer(0, rng=np.random.default_rng(0))
+        with torch.no_grad():
+            net.layers[1].gate.fill_(0.3 + 0.1 * seed)
+        nets.append(net)
+    return nets
+
+
+@pytest.mark.parametrize("layer_norm", [True, False])
+@pytest.mark.parametrize("activation", [name for name in ACTIVATIONS if name != "Identity"])
+@pytest.mark.parametrize("rows", [None, 6])
+def test_fused_chain_matches_autograd(activation: str, layer_norm: bool, rows: int | None) -> None:
+    nets = members(activation, layer_norm)
+    reference, fused = stack_modules(nets), stack_modules(nets)
+    FlatParameters(fused)  # gradients live in one flat buffer, as under StackedAdam
+    x = torch.randn(3, 10, 5)
+    used = x if rows is None else x[:, :rows]
+    out = reference(used)
+    grad_out = torch.randn_like(out)
+    (out * grad_out).sum().backward()
+
+    chain = FusedMLPChain([fused])
+    tape: list = []
+    fused_out = chain.forward(x, tape)
+    chain.backward(tape, grad_out, rows)
+
+    assert torch.allclose(fused_out[:, : out.shape[1]], out, atol=1e-6)
+    assert torch.allclose(chain.forward(x), fused_out)  # no tape: same values
+    for (name, a), b in zip(reference.named_parameters(), fused.parameters(), strict=True):
+        assert torch.allclose(a.grad, b.grad, atol=1e-5), name
+
+
+def test_two_mlps_chain_and_gradients_accumulate() -> None:
+    first, second = members("ReLU", True), []
+    for seed in range(3):
+        torch.manual_seed(10 + seed)
+        second.append(EvolvableMLP(3, 2, hidden_size=[8]))
+    ref_a, ref_b = stack_modules(first), stack_modules(second)
+    fus_a, fus_b = stack_modules(first), stack_modules(second)
+    x = torch.randn(3, 7, 5)
+    grad_out = torch.randn(3, 7, 2)
+    for _ in range(2):  # two backward passes accumulate, as autograd does
+        (ref_b(ref_a(x)) * grad_out).sum().backward()
+    chain = FusedMLPChain([fus_a, fus_b])
+    for _ in range(2):
+        tape: list = []
+        chain.forward(x, tape)
+        chain.backward(tape, grad_out)
+    for a, b in zip([*ref_a.parameters(), *ref_b.parameters()], [*fus_a.parameters(), *fus_b.parameters()],
+                    strict=True):
+        assert torch.allclose(a.grad, b.grad, atol=1e-5)
+
+
+def test_unknown_activation_is_not_fused() -> None:
+    nets = [EvolvableMLP(4, 2, hidden_size=[8], activation="Softplus") for _ in range(2)]
+    with pytest.raises(NotStackableError):
+        FusedMLPChain([stack_modules(nets)])
+
+
+def test_backward_needs_its_own_tape() -> None:
+    chain = FusedMLPChain([stack_modules(members("ReLU", True, count=2))])
+    with pytest.raises(ValueError):
+        chain.backward([], torch.zeros(2, 4, 3))
+
+
+def test_input_gradient_feeds_a_shared_encoder() -> None:
+    """Two heads on one encoder (as a shared actor-critic): head input gradients add up."""
+    torch.manual_seed(0)
+    encoders = [EvolvableMLP(4, 6, hidden_size=[8]) for _ in range(2)]
+    heads_a = [EvolvableMLP(6, 3, hidden_size=[8]) for _ in range(2)]
+    heads_b = [EvolvableMLP(6, 1, hidden_size=[8]) for _ in range(2)]
+    ref = [stack_modules(nets) for nets in (encoders, heads_a, heads_b)]
+    fus = [stack_modules(nets) for nets in (encoders, heads_a, heads_b)]
+    x = torch.randn(2, 5, 4)
+    grad_a, grad_b = torch.randn(2, 5, 3), torch.randn(2, 5, 1)
+    latent = ref[0](x)
+    ((ref[1](latent) * grad_a).sum() + (ref[2](latent) * grad_b).sum()).backward()
+
+    encoder, head_a, head_b = (FusedMLPChain([net]) for net in fus)
+    tapes: list[list] = [[], [], []]
+    fused_latent = encoder.forward(x, tapes[0])
+    head_a.forward(fused_latent, tapes[1])
+    head_b.forward(fused_latent, tapes[2])
+    latent_grad = head_a.backward(tapes[1], grad_a, input_grad=True) + head_b.backward(tapes[2], grad_b,
+                                                                                       input_grad=True)
+    assert encoder.backward(tapes[0], latent_grad) is None
+    for a, b in zip([p for net in ref for p in net.parameters()], [p for net in fus for p in net.parameters()],
+                    strict=True):
+        assert torch.allclose(a.grad, b.grad, atol=1e-5)
