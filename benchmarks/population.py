@@ -16,9 +16,12 @@ one agent's ``DQN.learn`` (``--algorithm ppo``: one PPO update, ``update_epochs`
 batching on/off); ``wall_s`` is the whole process (start-up included), ``steps_per_s`` all
 agents' env steps over that wall time (``steps_per_cpu_s`` over the process's CPU time, a steadier
 figure on a busy machine), ``updates_per_s`` learning steps over it, ``peak_rss_mb``
-the child's peak RSS and ``profile`` the share of wall time per section (``overhead`` = time
-outside env stepping, acting, sampling and learning, i.e. the framework's own bookkeeping plus
-evaluation, evolution, checkpoints and logging). ``floor``: the same vector env stepped with
+the child's peak RSS and ``profile`` the share of the profiled wall time per section
+(``overhead_share`` = time outside env stepping, acting, sampling and learning, i.e. the
+framework's own bookkeeping plus evaluation, evolution, checkpoints, logging and setup;
+``loop_overhead_share`` the same without setup, i.e. of the training loop alone);
+``learn_calls`` counts learning calls (one per group and round when batched, one per agent and
+step otherwise). ``floor``: the same vector env stepped with
 random actions and nothing else.
 """
 
@@ -170,6 +173,8 @@ def bench_train(manifest: str, pops: list[int], batching: list[bool], overrides:
             steps = summary["total_steps"]
             updates = sum(agent.get("learn_steps", 0) for agent in summary["agents"])
             core = sum(profile[name]["share"] for name in ("env", "act", "sample", "learn"))
+            training = profile["total"]["seconds"] - profile["setup"]["seconds"]
+            loop_core = sum(profile[name]["seconds"] for name in ("env", "act", "sample", "learn"))
             print(json.dumps({
                 "case": "train", "manifest": manifest, "overrides": overrides, "pop_size": pop, "batched": batch,
                 "env_steps": steps, "wall_s": round(wall, 2), "steps_per_s": round(steps / wall),
@@ -178,7 +183,9 @@ def bench_train(manifest: str, pops: list[int], batching: list[bool], overrides:
                 "best_fitness": max(agent["fitness"] for agent in summary["agents"]),
                 "target_reached": summary["target_reached"],
                 "profile": {name: row["share"] for name, row in profile.items() if name != "total"},
+                "learn_calls": profile["learn"]["calls"],
                 "overhead_share": round(1.0 - core, 3),
+                "loop_overhead_share": round(1.0 - loop_core / training, 3) if training > 0 else None,
             }), flush=True)
 
 

@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 DQN = ROOT / "configs" / "training" / "dqn_cartpole.yaml"
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
-SECTIONS = {"env", "act", "sample", "learn", "evaluate", "evolve", "checkpoint", "log", "other", "total"}
+SECTIONS = {"env", "act", "sample", "learn", "evaluate", "evolve", "checkpoint", "log", "setup", "other", "total"}
 
 
 @pytest.mark.parametrize("batched", ["true", "false"])
@@ -28,8 +28,9 @@ def test_profile_writes_where_the_time_went(tmp_path: Path, batched: str) -> Non
     assert set(profile) == SECTIONS
     assert profile["total"]["seconds"] > 0
     assert sum(profile[name]["share"] for name in SECTIONS - {"total"}) == pytest.approx(1.0, abs=0.01)
-    for name in ("env", "act", "learn", "evaluate"):
-        assert profile[name]["seconds"] > 0, name
+    for name in ("env", "act", "learn", "evaluate", "setup"):
+        assert profile[name]["seconds"] > 0 and profile[name]["calls"] > 0, name
+    assert profile["setup"]["calls"] == 1
     summary = json.loads((run_dir / "summary.json").read_text())
     assert all(agent["steps"] == 4000 for agent in summary["agents"])
     assert all(agent["learn_steps"] > 0 for agent in summary["agents"])

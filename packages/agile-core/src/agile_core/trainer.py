@@ -199,12 +199,15 @@ class LocalTrainer(Trainer):
         manifest = self.manifest
         training = manifest.training
         paradigm = paradigm_of(manifest.algorithm.name)
-        env = self.make_env()
-        hp_config = self.make_hp_config()
-        population = self.make_population(env, hp_config)
-        if self.load_weights_from is not None:
-            _warm_start(population, self.load_weights_from, self.device)
-        selection, mutation = self.make_selection_and_mutation()
+        from agile_core.training.profiling import PROFILER
+
+        with PROFILER.setup:
+            env = self.make_env()
+            hp_config = self.make_hp_config()
+            population = self.make_population(env, hp_config)
+            if self.load_weights_from is not None:
+                _warm_start(population, self.load_weights_from, self.device)
+            selection, mutation = self.make_selection_and_mutation()
         loop = paradigm.load_attr("train_loop")
         extra = paradigm.load_attr("loop_kwargs")(manifest, env, self.device) if "loop_kwargs" in paradigm.hooks else {}
         accepted = inspect.signature(loop).parameters

@@ -164,7 +164,7 @@ class FusedMLPChain:
         normalised = mean = rstd = None
         a = h
         if layer.norm_shape is not None:
-            normalised, mean, rstd = aten.native_layer_norm(h, layer.norm_shape, None, None, layer.norm_eps)
+            normalised, mean, rstd = _normalise_rows(h, layer.norm_eps)
             a = normalised * layer.norm_weight if layer.norm_bias is None else \
                 torch.addcmul(layer.norm_bias, normalised, layer.norm_weight)  # type: ignore[arg-type]
         y = layer.activation.forward(a)
@@ -219,6 +219,17 @@ class FusedMLPChain:
             return grad
         input_grad = torch.bmm(grad, layer.weight.transpose(1, 2))
         return input_grad if shortcut_grad is None else input_grad + shortcut_grad
+
+
+def _normalise_rows(h: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """LayerNorm without affine over the last dimension of ``[P, rows, n]``, with its mean and
+    rstd ``[P, rows, 1]`` (what ``native_layer_norm`` returns). Computed as a group norm with one
+    group per row, whose CPU kernel is about twice as fast as layer norm's at these sizes."""
+    members, rows, width = h.shape
+    count = members * rows
+    normalised, mean, rstd = aten.native_group_norm(h.reshape(1, count, width), None, None, 1, count, width,
+                                                    count, eps)
+    return normalised.view(h.shape), mean.view(members, rows, 1), rstd.view(members, rows, 1)
 
 
 def _accumulate(param: torch.Tensor, grad: torch.Tensor) -> None:

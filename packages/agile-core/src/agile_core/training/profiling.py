@@ -2,8 +2,9 @@
 
 The loops time their parts with ``with PROFILER.env: ...`` (env stepping), ``PROFILER.act``
 (choosing actions), ``PROFILER.sample`` (drawing batches), ``PROFILER.learn`` (gradient steps),
-``PROFILER.evaluate``, ``PROFILER.evolve`` (selection and mutation), ``PROFILER.checkpoint`` and
-``PROFILER.log``. Everything else inside :meth:`Profiler.run` is *other* (the framework's own
+``PROFILER.evaluate``, ``PROFILER.evolve`` (selection and mutation), ``PROFILER.checkpoint``,
+``PROFILER.log`` and ``PROFILER.setup`` (building the env, agents and their optimizers, with the
+imports they trigger). Each section also counts its calls. Everything else inside :meth:`Profiler.run` is *other* (the framework's own
 bookkeeping). Disabled (the default), a section costs one attribute check. ``agile train
 --profile`` enables it and prints :meth:`Profiler.table`.
 """
@@ -17,7 +18,7 @@ from typing import Any
 
 __all__ = ["PROFILER", "SECTIONS", "Profiler"]
 
-SECTIONS: tuple[str, ...] = ("env", "act", "sample", "learn", "evaluate", "evolve", "checkpoint", "log")
+SECTIONS: tuple[str, ...] = ("env", "act", "sample", "learn", "evaluate", "evolve", "checkpoint", "log", "setup")
 """Timed sections, in report order (``other`` is the rest of the run's wall time)."""
 
 SECTION_HELP = {
@@ -29,6 +30,7 @@ SECTION_HELP = {
     "evolve": "selection and mutation",
     "checkpoint": "checkpoints and elite saving",
     "log": "metrics, progress bar, tables",
+    "setup": "building env, agents and optimizers (and the imports they trigger)",
     "other": "everything else (loop bookkeeping, buffers writes, Python glue)",
 }
 
@@ -36,16 +38,17 @@ SECTION_HELP = {
 class _Section:
     """A reusable timer: nested use of the same section counts the outer one only."""
 
-    __slots__ = ("depth", "name", "owner", "start", "total")
+    __slots__ = ("calls", "depth", "name", "owner", "start", "total")
 
     def __init__(self, owner: Profiler, name: str) -> None:
         self.owner, self.name = owner, name
-        self.total, self.start, self.depth = 0.0, 0.0, 0
+        self.total, self.start, self.depth, self.calls = 0.0, 0.0, 0, 0
 
     def __enter__(self) -> None:
         if self.owner.enabled:
             if self.depth == 0:
                 self.start = time.perf_counter()
+                self.calls += 1
             self.depth += 1
 
     def __exit__(self, *exc: Any) -> None:
@@ -66,6 +69,7 @@ class Profiler:
     evolve: _Section
     checkpoint: _Section
     log: _Section
+    setup: _Section
 
     def __init__(self) -> None:
         self.enabled = False
@@ -78,7 +82,7 @@ class Profiler:
         self.wall = 0.0
         for name in SECTIONS:
             section: _Section = getattr(self, name)
-            section.total, section.depth = 0.0, 0
+            section.total, section.depth, section.calls = 0.0, 0, 0
 
     @contextmanager
     def run(self) -> Iterator[Profiler]:
@@ -93,19 +97,25 @@ class Profiler:
             self.enabled = False
 
     def summary(self) -> dict[str, dict[str, float]]:
-        """``{section: {"seconds": s, "share": fraction of wall}}`` including ``other`` and ``total``."""
+        """``{section: {"seconds": s, "share": fraction of wall, "calls": n}}`` including ``other``
+        and ``total`` (which have no call count)."""
         totals = {name: getattr(self, name).total for name in SECTIONS}
         totals["other"] = max(0.0, self.wall - sum(totals.values()))
         wall = self.wall or 1.0
-        result = {name: {"seconds": round(value, 4), "share": round(value / wall, 4)} for name, value in totals.items()}
+        result: dict[str, dict[str, float]] = {
+            name: {"seconds": round(value, 4), "share": round(value / wall, 4)} for name, value in totals.items()}
+        for name in SECTIONS:
+            result[name]["calls"] = getattr(self, name).calls
         result["total"] = {"seconds": round(self.wall, 4), "share": 1.0}
         return result
 
     def table(self) -> str:
         """The summary as an aligned text table."""
-        lines = [f"{'section':<11}{'seconds':>10}{'share':>8}  what"]
+        lines = [f"{'section':<11}{'seconds':>10}{'share':>8}{'calls':>9}  what"]
         for name, row in self.summary().items():
-            lines.append(f"{name:<11}{row['seconds']:>10.2f}{row['share'] * 100:>7.1f}%  {SECTION_HELP.get(name, '')}")
+            calls = f"{int(row['calls']):>9}" if "calls" in row else " " * 9
+            lines.append(f"{name:<11}{row['seconds']:>10.2f}{row['share'] * 100:>7.1f}%{calls}  "
+                         f"{SECTION_HELP.get(name, '')}")
         return "\n".join(lines)
 
 
