@@ -106,3 +106,50 @@ def test_input_gradient_feeds_a_shared_encoder() -> None:
     for a, b in zip([p for net in ref for p in net.parameters()], [p for net in fus for p in net.parameters()],
                     strict=True):
         assert torch.allclose(a.grad, b.grad, atol=1e-5)
+
+
+@pytest.mark.parametrize("activation", ["ReLU", "Sigmoid"])
+def test_members_of_different_widths_stack_padded(activation: str) -> None:
+    """Zero-padded members compute, and get the gradients, of themselves alone (padding stays 0)."""
+    from agile_core.networks.stacked import copy_to_members, corner, member_layout, padding_mask
+
+    nets = []
+    for seed, (grow, shrink) in enumerate([(0, 0), (16, 0), (0, 4)]):
+        torch.manual_seed(seed)
+        net = EvolvableMLP(5, 3, hidden_size=[16, 12], activation=activation)
+        if grow:
+            net.add_node(0, grow, rng=np.random.default_rng(seed))
+        if shrink:
+            net.remove_node(1, shrink, rng=np.random.default_rng(seed))
+        nets.append(net)
+    assert [net.hidden_size for net in nets] == [[16, 12], [32, 12], [16, 8]]
+    stacked = stack_modules(nets)
+    flat = FlatParameters(stacked)
+    mask = padding_mask(stacked, nets, flat)
+    assert mask is not None and 0 < float(mask.mean()) < 1
+    x = torch.randn(3, 7, 5)
+    grad_out = torch.randn(3, 7, 3)
+    chain = FusedMLPChain([stacked])
+    tape: list = []
+    out = chain.forward(x, tape)
+    chain.backward(tape, grad_out)
+    flat.grad.mul_(mask)
+    for index, net in enumerate(nets):
+        expected = net(x[index])
+        assert torch.allclose(out[index], expected, atol=1e-6)
+        assert torch.allclose(stacked(x)[index], expected, atol=1e-6)  # the module path pads the same way
+        (expected * grad_out[index]).sum().backward()
+    for name, param in stacked.named_parameters():
+        grads = member_layout(stacked, name)(param.grad)
+        for index, net in enumerate(nets):
+            own = net.get_parameter(name)
+            region = corner(own.shape)
+            assert torch.allclose(grads[index][region], own.grad, atol=1e-5), name
+            padded = grads[index].clone()
+            padded[region] = 0
+            assert not padded.any(), name
+    before = [net.state_dict() for net in nets]
+    copy_to_members(stacked, nets)  # round trip: each member gets back exactly its own weights
+    for net, state in zip(nets, before, strict=True):
+        for key, value in net.state_dict().items():
+            assert torch.equal(value, state[key]), key

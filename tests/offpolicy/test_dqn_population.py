@@ -26,8 +26,9 @@ def filled_memory(rows: int = 500) -> ReplayBuffer:
     return memory
 
 
-def population(double: bool = True) -> list[DQN]:
-    """Same architecture (one has an inserted residual layer, replayed on all), different hyperparameters."""
+def population(double: bool = True, widths: bool = False) -> list[DQN]:
+    """Same architecture (one has an inserted residual layer, replayed on all), different
+    hyperparameters; with `widths`, members then differ in layer and latent widths (padded)."""
     settings = [dict(lr=1e-3, batch_size=16, gamma=0.99, tau=1e-2),
                 dict(lr=3e-3, batch_size=24, gamma=0.9, tau=5e-3),
                 dict(lr=5e-4, batch_size=8, gamma=0.95, tau=1.0)]
@@ -36,6 +37,12 @@ def population(double: bool = True) -> list[DQN]:
         agent.actor.mutate("encoder.add_layer", np.random.default_rng(3), hidden_layer=0)
         agent.actor_target.mutate("encoder.add_layer", np.random.default_rng(3), hidden_layer=0)
         agent.rebuild_optimizers(keep_state=False)
+    if widths:
+        agents[0].apply_architecture_mutation("encoder.add_node", np.random.default_rng(4), hidden_layer=1,
+                                              numb_new_nodes=16)
+        agents[1].apply_architecture_mutation("head.remove_node", np.random.default_rng(5), hidden_layer=0,
+                                              numb_nodes=8)
+        agents[2].apply_architecture_mutation("add_latent_node", np.random.default_rng(6))
     return agents
 
 
@@ -47,10 +54,14 @@ def test_stacked_forward_equals_each_member() -> None:
     assert torch.allclose(stacked(x), expected, atol=1e-6)
 
 
-@pytest.mark.parametrize(("fused", "double"), [(True, True), (True, False), (False, True)])
-def test_batched_learning_equals_one_by_one_learning(fused: bool, double: bool) -> None:
+@pytest.mark.parametrize(("fused", "double", "widths"),
+                         [(True, True, False), (True, False, False), (False, True, False), (True, True, True),
+                          (False, True, True)])
+def test_batched_learning_equals_one_by_one_learning(fused: bool, double: bool, widths: bool) -> None:
     memory = filled_memory()
-    batched, reference = population(double), population(double)
+    batched, reference = population(double, widths), population(double, widths)
+    if widths:
+        assert len({str(agent.actor.config) for agent in batched}) == 3
     for agent in reference:  # a first step outside the group, so Adam starts from saved state
         agent.learn(memory.sample(agent.batch_size, agent.rng))
     for agent in batched:
@@ -90,8 +101,12 @@ def test_batched_acting_matches_get_action() -> None:
     np.testing.assert_array_equal(actions, expected)
 
 
-def test_different_architectures_do_not_stack() -> None:
-    agents = population()
-    agents[1].actor.mutate("encoder.add_node", np.random.default_rng(0), hidden_layer=0, numb_new_nodes=16)
+def test_widths_stack_with_padding_but_depths_do_not() -> None:
+    agents = population(widths=True)
+    stacked = stack_modules([agent.actor for agent in agents])
+    x = torch.randn(len(agents), 10, 4)
+    expected = torch.stack([agent.actor(x[i]) for i, agent in enumerate(agents)])
+    assert torch.allclose(stacked(x), expected, atol=1e-6)
+    agents[1].apply_architecture_mutation("encoder.add_layer", np.random.default_rng(0), hidden_layer=0)
     with pytest.raises(NotStackableError):
         DQNGroup(agents)

@@ -70,12 +70,24 @@ def adam_state(agent: PPO) -> list[tuple[float, torch.Tensor, torch.Tensor]]:
     return [(float(s["step"]), s["exp_avg"], s["exp_avg_sq"]) for s in states]
 
 
+def widened(agents: list[PPO]) -> list[PPO]:
+    """The members made to differ in widths (stacked with padding)."""
+    agents[0].apply_architecture_mutation("encoder.add_node", np.random.default_rng(1), hidden_layer=0,
+                                          numb_new_nodes=16)
+    agents[2].apply_architecture_mutation("head.remove_node", np.random.default_rng(2), hidden_layer=0, numb_nodes=8)
+    return agents
+
+
+@pytest.mark.parametrize("widths", [False, True], ids=["same", "widths"])
 @pytest.mark.parametrize("fused", [True, False], ids=["fused", "autograd"])
 @pytest.mark.parametrize("share_encoders", [True, False], ids=["shared", "separate"])
 @pytest.mark.parametrize("action_kind", list(ACTIONS))
-def test_group_learning_equals_learning_one_by_one(action_kind: str, share_encoders: bool, fused: bool) -> None:
+def test_group_learning_equals_learning_one_by_one(action_kind: str, share_encoders: bool, fused: bool,
+                                                   widths: bool) -> None:
     action_space = ACTIONS[action_kind]
     one_by_one, batched = members(action_space, share_encoders), members(action_space, share_encoders)
+    if widths:
+        one_by_one, batched = widened(one_by_one), widened(batched)
     torch.manual_seed(0)
     buffers = [random_rollout(agent, seed, masked=action_kind == "discrete") for seed, agent in enumerate(one_by_one)]
     first = None
@@ -161,8 +173,8 @@ def test_group_acting_matches_each_member(action_kind: str) -> None:
 
 def test_what_cannot_be_stacked_raises() -> None:
     discrete = ACTIONS["discrete"]
-    wider = {**NET, "encoder_config": {"hidden_size": [32]}}
-    same, other = members(discrete)[0], members(discrete, net=wider)[1]
+    deeper = {**NET, "encoder_config": {"hidden_size": [16, 16]}}  # widths alone stack, padded
+    same, other = members(discrete)[0], members(discrete, net=deeper)[1]
     with pytest.raises(NotStackableError):
         PPOGroup([same, other])
     with pytest.raises(NotStackableError):

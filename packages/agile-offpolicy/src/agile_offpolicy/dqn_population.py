@@ -128,6 +128,7 @@ class DQNGroup:
             losses = self._fused_losses_and_grads(obs, actions, rewards, next_obs, done, weights)
         else:
             losses = self._autograd_losses_and_grads(obs, actions, rewards, next_obs, done, weights)
+        self.optimizer.mask_padding()
         if self.max_grad_norm is not None:
             clip_flat_grad_norm(self.optimizer.flat, self.max_grad_norm)
         mask = torch.as_tensor(np.asarray(active, dtype=bool))

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from gymnasium.vector import VectorEnv
 
-from agile_core.networks.stacked import architecture_key
+from agile_core.networks.stacked import structure_key
 from agile_core.training import EpisodeTracker, EpsilonSchedule, swap_image_channels
 from agile_core.training.evaluation import evaluate_population_batched
 from agile_core.training.generations import PhaseResult
@@ -35,7 +35,7 @@ def can_batch(population: Sequence[Any], memory: Any) -> bool:
 
 def make_groups(population: Sequence[DQN]) -> list[tuple[list[int], DQNGroup]]:
     """Agents grouped by architecture (slot order kept within a group), each group stacked."""
-    return group_by_architecture(population, lambda agent: architecture_key(agent.actor), DQNGroup)
+    return group_by_architecture(population, lambda agent: structure_key(agent.actor), DQNGroup)
 
 
 def _act(groups: list[tuple[list[int], DQNGroup]], obs: np.ndarray, epsilons: Sequence[float], num_envs: int,

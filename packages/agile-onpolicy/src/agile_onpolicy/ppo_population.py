@@ -37,7 +37,7 @@ from agile_core.networks import StochasticActor, ValueNetwork, preprocess_observ
 from agile_core.networks.fused import FusedMLPChain, Tape
 from agile_core.networks.stacked import (
     NotStackableError,
-    architecture_key,
+    structure_key,
     copy_to_members,
     stack_modules,
 )
@@ -54,8 +54,8 @@ STACKED_ACTIONS = (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
 
 def group_key(agent: PPO) -> str:
     """Equal for two PPO agents exactly when their networks can be stacked together."""
-    key = architecture_key(agent.actor)
-    return key if agent.share_encoders else f"{key}|{architecture_key(agent.critic)}"
+    key = structure_key(agent.actor)
+    return key if agent.share_encoders else f"{key}|{structure_key(agent.critic)}"
 
 
 _FusedHeads = tuple[list[Tape], torch.Tensor, torch.Tensor]
@@ -291,6 +291,7 @@ class PPOGroup:
                 assert self.fused is not None
                 tapes, outputs, values = heads
                 self.fused.backward(tapes, _grad_or_zeros(outputs), _grad_or_zeros(values))
+            self.optimizer.mask_padding()
             clip_flat_grad_norm(self.optimizer.flat, self.max_grad_norm)
             self.optimizer.step(mask)
             totals += summary * mask.unsqueeze(1)

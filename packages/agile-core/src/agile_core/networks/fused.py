@@ -84,6 +84,9 @@ class _Layer:
     norm_eps: float
     norm_weight: torch.Tensor | None  # [P, 1, out]
     norm_bias: torch.Tensor | None
+    unit_mask: torch.Tensor | None  # padded members: [P, 1, out] marking each member's own units
+    unit_counts: torch.Tensor | None  # and [P, 1, 1] counting them
+    unit_eps: torch.Tensor | None  # and [P, 1, 1] each member's eps
     activation: _Activation
     shortcut: torch.Tensor | None  # residual blocks: [P, in, out]; None otherwise
     gate: torch.Tensor | None  # [P, 1, 1]
@@ -95,7 +98,9 @@ class _Layer:
         residual = block is not None and block.residual
         return cls(linear.weight, linear.bias, None if norm is None else list(norm.normalized_shape),
                    0.0 if norm is None else norm.eps, None if norm is None else norm.weight,
-                   None if norm is None else norm.bias, _activation(activation),
+                   None if norm is None else norm.bias, None if norm is None else norm.unit_mask,
+                   None if norm is None else norm.unit_counts, None if norm is None else norm.unit_eps,
+                   _activation(activation),
                    block.shortcut if residual else None, block.gate if residual else None)  # type: ignore[union-attr]
 
 
@@ -164,7 +169,11 @@ class FusedMLPChain:
         normalised = mean = rstd = None
         a = h
         if layer.norm_shape is not None:
-            normalised, mean, rstd = _normalise_rows(h, layer.norm_eps)
+            if layer.unit_mask is None:
+                normalised, mean, rstd = _normalise_rows(h, layer.norm_eps)
+            else:
+                assert layer.unit_counts is not None and layer.unit_eps is not None
+                normalised, mean, rstd = _normalise_masked_rows(h, layer.unit_eps, layer.unit_mask, layer.unit_counts)
             a = normalised * layer.norm_weight if layer.norm_bias is None else \
                 torch.addcmul(layer.norm_bias, normalised, layer.norm_weight)  # type: ignore[arg-type]
         y = layer.activation.forward(a)
@@ -208,10 +217,15 @@ class FusedMLPChain:
             _accumulate(layer.norm_weight, (grad * saved.normalised).sum(dim=1, keepdim=True))
             if layer.norm_bias is not None:
                 _accumulate(layer.norm_bias, grad.sum(dim=1, keepdim=True))
-            # The kernel reads its inputs as dense row blocks: row slices must be made contiguous.
-            grad = aten.native_layer_norm_backward(grad * layer.norm_weight, saved.pre_norm.contiguous(),
-                                                   layer.norm_shape, saved.mean.contiguous(),
-                                                   saved.rstd.contiguous(), None, None, [True, False, False])[0]
+            if layer.unit_mask is None:
+                # The kernel reads its inputs as dense row blocks: row slices must be made contiguous.
+                grad = aten.native_layer_norm_backward(grad * layer.norm_weight, saved.pre_norm.contiguous(),
+                                                       layer.norm_shape, saved.mean.contiguous(),
+                                                       saved.rstd.contiguous(), None, None, [True, False, False])[0]
+            else:
+                assert layer.unit_counts is not None
+                grad = _masked_rows_backward(grad * layer.norm_weight, saved.normalised, saved.rstd, layer.unit_mask,
+                                             layer.unit_counts)
         _accumulate(layer.weight, torch.bmm(x.transpose(1, 2), grad))
         if layer.bias is not None:
             _accumulate(layer.bias, grad.sum(dim=1, keepdim=True))
@@ -230,6 +244,26 @@ def _normalise_rows(h: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Te
     normalised, mean, rstd = aten.native_group_norm(h.reshape(1, count, width), None, None, 1, count, width,
                                                     count, eps)
     return normalised.view(h.shape), mean.view(members, rows, 1), rstd.view(members, rows, 1)
+
+
+def _normalise_masked_rows(h: torch.Tensor, eps: torch.Tensor, mask: torch.Tensor,
+                           counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`_normalise_rows` of zero-padded members: over each member's own units (`mask`
+    ``[P, 1, n]``, `counts` ``[P, 1, 1]``) with its own `eps` ``[P, 1, 1]``; padding comes out zero."""
+    mean = (h * mask).sum(dim=-1, keepdim=True) / counts
+    centered = (h - mean) * mask
+    rstd = torch.rsqrt(centered.square().sum(dim=-1, keepdim=True) / counts + eps)
+    return centered * rstd, mean, rstd
+
+
+def _masked_rows_backward(grad: torch.Tensor, normalised: torch.Tensor, rstd: torch.Tensor, mask: torch.Tensor,
+                          counts: torch.Tensor) -> torch.Tensor:
+    """The input gradient of :func:`_normalise_masked_rows` given the gradient of its output:
+    ``rstd * (g - mean(g) - y * mean(g * y))`` over each member's own units, zero on padding."""
+    grad = grad * mask
+    mean_grad = grad.sum(dim=-1, keepdim=True) / counts
+    mean_projection = (grad * normalised).sum(dim=-1, keepdim=True) / counts
+    return (grad - mean_grad - normalised * mean_projection) * rstd * mask
 
 
 def _accumulate(param: torch.Tensor, grad: torch.Tensor) -> None:

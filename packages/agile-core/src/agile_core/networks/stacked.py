@@ -8,8 +8,12 @@ swapped for population versions built on batched matmuls, so one call computes w
 separate calls would, for little more than the cost of one on a CPU (where small networks are
 dominated by per-call overhead, not arithmetic).
 
-Members stack when their ``config`` (the exact architecture, including norm eps and residual
-flags) is equal; networks with layers that have no population version here (convolutions,
+Members stack when their architectures have the same *structure* (:func:`structure_key`: layer
+types and counts, activations, norm eps and residual flags; widths may differ). Members narrower
+than the widest are zero-padded: each member's weights sit in the leading corner of the stacked
+tensor, layer norms normalise over each member's own units only, and the padding stays exactly
+zero through forward passes, gradients (masked, see :func:`padding_mask`) and Adam updates, so
+every member computes what it computes alone. Networks with layers that have no population version here (convolutions,
 LSTMs, noisy layers, PReLU) raise :class:`NotStackableError` and callers fall back to running the
 members one by one. ``copy_to_members`` writes the stacked weights back.
 """
@@ -36,9 +40,12 @@ __all__ = [
     "StackedLinear",
     "architecture_key",
     "copy_to_members",
+    "corner",
     "member_layout",
     "member_parameters",
+    "padding_mask",
     "stack_modules",
+    "structure_key",
 ]
 
 
@@ -54,8 +61,45 @@ def architecture_key(module: nn.Module) -> str:
     raise NotStackableError(f"{type(module).__name__} is not an EvolvableModule")
 
 
+SIZE_KEYS = frozenset({"num_inputs", "num_outputs", "latent_dim", "input_shape"})
+"""Config entries that only give sizes (ignored by :func:`structure_key`; ``hidden_size`` and
+``norm_eps``, which node growth rescales, count only by their lengths)."""
+PER_LAYER_KEYS = frozenset({"hidden_size", "norm_eps"})
+
+
+def _without_sizes(config: object) -> object:
+    if isinstance(config, dict):
+        return {key: len(value) if key in PER_LAYER_KEYS else _without_sizes(value)
+                for key, value in config.items() if key not in SIZE_KEYS}
+    if isinstance(config, list):
+        return [_without_sizes(value) for value in config]
+    return config
+
+
+def structure_key(module: nn.Module) -> str:
+    """A string equal for two networks exactly when they can be stacked together (with padding):
+    their architectures differ at most in layer widths and latent size."""
+    if isinstance(module, EvolvableModule):
+        return f"{type(module).__qualname__}:{json.dumps(_without_sizes(module.config), sort_keys=True, default=str)}"
+    raise NotStackableError(f"{type(module).__name__} is not an EvolvableModule")
+
+
+def corner(shape: Sequence[int]) -> tuple[slice, ...]:
+    """The index of a member's ``shape`` in the leading corner of a (padded) stacked slice."""
+    return tuple(slice(0, int(size)) for size in shape)
+
+
 def _stack(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
-    return torch.stack([t.detach() for t in tensors]).clone()
+    """``[P, *max_shape]``: the tensors stacked, each zero-padded at the end of every dimension."""
+    if len({tuple(t.shape) for t in tensors}) == 1:
+        return torch.stack([t.detach() for t in tensors]).clone()
+    if len({t.dim() for t in tensors}) != 1:
+        raise NotStackableError("the members' parameters differ in rank")
+    shape = [max(sizes) for sizes in zip(*(t.shape for t in tensors), strict=True)]
+    stacked = tensors[0].new_zeros(len(tensors), *shape)
+    for index, tensor in enumerate(tensors):
+        stacked[(index, *corner(tensor.shape))] = tensor.detach()
+    return stacked
 
 
 def _flatten_middle(x: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...]]:
@@ -92,17 +136,37 @@ class StackedLinear(nn.Module):
 
 
 class StackedLayerNorm(nn.Module):
-    """``P`` LayerNorms over the last dimension (same eps; per-member gain and bias ``[P, 1, n]``)."""
+    """``P`` LayerNorms over the last dimension (per-member gain and bias ``[P, 1, n]``).
+
+    Members of different widths or eps normalise over their own units with their own eps:
+    ``unit_mask`` ``[P, 1, n]`` marks the units, ``unit_counts`` and ``unit_eps`` ``[P, 1, 1]`` give
+    their number and the eps (all None when every member is ``n`` wide with the same eps).
+    """
+
+    unit_mask: torch.Tensor | None
+    unit_counts: torch.Tensor | None
+    unit_eps: torch.Tensor | None
 
     def __init__(self, norms: Sequence[nn.LayerNorm]) -> None:
         super().__init__()
         first = norms[0]
-        if len(first.normalized_shape) != 1 or not first.elementwise_affine:
+        if any(len(norm.normalized_shape) != 1 or not norm.elementwise_affine for norm in norms):
             raise NotStackableError("only affine LayerNorms over the last dimension stack")
-        self.normalized_shape = tuple(first.normalized_shape)
+        widths = [int(norm.normalized_shape[0]) for norm in norms]
+        self.normalized_shape = (max(widths),)
         self.eps = float(first.eps)
         self.weight = nn.Parameter(_stack([norm.weight.unsqueeze(0) for norm in norms]))
         self.bias = nn.Parameter(_stack([norm.bias.unsqueeze(0) for norm in norms])) if first.bias is not None else None
+        if len(set(widths)) == 1 and len({float(norm.eps) for norm in norms}) == 1:
+            self.unit_mask = self.unit_counts = self.unit_eps = None
+        else:
+            like = first.weight
+            units = torch.arange(max(widths), device=like.device)
+            counts = torch.tensor(widths, device=like.device)
+            eps = torch.tensor([float(norm.eps) for norm in norms], device=like.device, dtype=like.dtype)
+            self.register_buffer("unit_mask", (units < counts[:, None]).to(like.dtype).unsqueeze(1), persistent=False)
+            self.register_buffer("unit_counts", counts.to(like.dtype).reshape(-1, 1, 1), persistent=False)
+            self.register_buffer("unit_eps", eps.reshape(-1, 1, 1), persistent=False)
 
     @staticmethod
     def member_layout(name: str, tensor: torch.Tensor) -> torch.Tensor:
@@ -113,7 +177,14 @@ class StackedLayerNorm(nn.Module):
         """Normalise each member's rows, then apply that member's gain and bias."""
         if x.dim() != 3:
             return self.forward(_flatten_middle(x)[0]).reshape(x.shape)
-        normalised = F.layer_norm(x, self.normalized_shape, eps=self.eps)
+        if self.unit_mask is None:
+            normalised = F.layer_norm(x, self.normalized_shape, eps=self.eps)
+        else:  # each member's own units only (padding is zero in and out)
+            assert self.unit_counts is not None
+            mean = (x * self.unit_mask).sum(dim=-1, keepdim=True) / self.unit_counts
+            centered = (x - mean) * self.unit_mask
+            variance = centered.square().sum(dim=-1, keepdim=True) / self.unit_counts
+            normalised = centered * torch.rsqrt(variance + self.unit_eps)
         if self.bias is None:
             return normalised * self.weight
         return torch.addcmul(self.bias, normalised, self.weight)
@@ -204,17 +275,19 @@ def stack_modules(members: Sequence[nn.Module]) -> nn.Module:
     """
     if not members:
         raise ValueError("stack_modules needs at least one member")
-    keys = {architecture_key(member) for member in members}
+    keys = {structure_key(member) for member in members}
     if len(keys) != 1:
-        raise NotStackableError("the members' architectures differ")
+        raise NotStackableError("the members' architectures differ in more than widths")
     devices = {p.device for member in members for p in member.parameters()}
     if len(devices) > 1:
         raise NotStackableError("the members live on different devices")
     stacked = _stacked_container(members)
-    for name, member_param in members[0].named_parameters():
-        stacked_param = member_layout(stacked, name)(stacked.get_parameter(name))
-        if tuple(stacked_param.shape[1:]) != tuple(member_param.shape):
-            raise NotStackableError(f"parameter {name} does not line up with the members'")
+    for member in members:
+        for name, member_param in member.named_parameters():
+            stacked_param = member_layout(stacked, name)(stacked.get_parameter(name))
+            if stacked_param.dim() != member_param.dim() + 1 or any(
+                    big < small for big, small in zip(stacked_param.shape[1:], member_param.shape, strict=True)):
+                raise NotStackableError(f"parameter {name} does not line up with the members'")
     return stacked
 
 
@@ -280,8 +353,8 @@ warnings.filterwarnings("ignore", message="grad and param do not obey the gradie
 
 
 def member_parameters(stacked: nn.Module, members: Sequence[nn.Module]) -> Iterator[tuple[torch.Tensor, list[torch.Tensor]]]:
-    """Pairs (stacked parameter viewed ``[P, *member_shape]``, the members' parameters it holds),
-    matched by name."""
+    """Pairs (stacked parameter viewed ``[P, *member_shape]`` (padded to the widest member), the
+    members' parameters it holds, each in ``view[p][corner(shape)]``), matched by name."""
     member_params = [dict(member.named_parameters()) for member in members]
     for name, param in stacked.named_parameters():
         yield member_layout(stacked, name)(param), [params[name] for params in member_params]
@@ -292,4 +365,15 @@ def copy_to_members(stacked: nn.Module, members: Sequence[nn.Module]) -> None:
     with torch.no_grad():
         for param, targets in member_parameters(stacked, members):
             for index, target in enumerate(targets):
-                target.copy_(param[index])
+                target.copy_(param[index][corner(target.shape)])
+
+
+def padding_mask(stacked: nn.Module, members: Sequence[nn.Module], flat: FlatParameters) -> torch.Tensor | None:
+    """A ``[P, D]`` 0/1 mask of `flat` (the stacked module's parameters) that is 1 on the entries
+    holding a member's own weights and 0 on padding; None when no member is padded."""
+    mask = torch.zeros_like(flat.data)
+    for index, (_, targets) in enumerate(member_parameters(stacked, members)):
+        view = flat.slice(mask, index)
+        for member, target in enumerate(targets):
+            view[member][corner(target.shape)] = 1.0
+    return None if bool(mask.all()) else mask

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from agile_core.networks.stacked import FlatParameters, NotStackableError, member_parameters
+from agile_core.networks.stacked import FlatParameters, NotStackableError, corner, member_parameters, padding_mask
 
 __all__ = ["StackedAdam", "clip_flat_grad_norm"]
 
@@ -55,6 +55,7 @@ class StackedAdam:
             if any(id(target) not in params for target, params in zip(targets, owned, strict=True)):
                 raise NotStackableError("a member's optimizer does not own all of its network's parameters")
         self.flat = FlatParameters(stacked)
+        self.padding = padding_mask(stacked, members, self.flat)
         # Per-member scalars stay in float64 numpy, as torch.optim.Adam computes them in Python floats.
         self.lr = np.array([float(opt.param_groups[0]["lr"]) for opt in optimizers], dtype=np.float64)
         self.exp_avg = torch.zeros_like(self.flat.data)
@@ -64,8 +65,9 @@ class StackedAdam:
             for index, (_, targets) in enumerate(self.pairs):
                 state = optimizer.state.get(targets[member])
                 if state:
-                    self.flat.slice(self.exp_avg, index)[member] = state["exp_avg"]
-                    self.flat.slice(self.exp_avg_sq, index)[member] = state["exp_avg_sq"]
+                    region = corner(targets[member].shape)
+                    self.flat.slice(self.exp_avg, index)[member][region] = state["exp_avg"]
+                    self.flat.slice(self.exp_avg_sq, index)[member][region] = state["exp_avg_sq"]
                     # One optimizer, one param group: every tensor of a member has the same step.
                     self.step_count[member] = float(state["step"])
 
@@ -83,6 +85,12 @@ class StackedAdam:
     def zero_grad(self) -> None:
         """Zero the stacked gradients (in place)."""
         self.flat.zero_grad()
+
+    def mask_padding(self) -> None:
+        """Zero the gradients of padding entries (call after backward, before clipping): padded
+        members then keep exactly zero padding through every update."""
+        if self.padding is not None:
+            self.grad.mul_(self.padding)
 
     def step(self, active: torch.Tensor | None = None) -> None:
         """One Adam update from the stacked gradients for the `active` members (bool ``[P]``; all when None).
@@ -117,10 +125,11 @@ class StackedAdam:
             for member, (optimizer, target) in enumerate(zip(self.optimizers, targets, strict=True)):
                 if self.step_count[member] == 0:
                     continue
+                region = corner(target.shape)
                 optimizer.state[target] = {
                     "step": torch.tensor(float(self.step_count[member])),
-                    "exp_avg": self.flat.slice(self.exp_avg, index)[member].detach().clone(),
-                    "exp_avg_sq": self.flat.slice(self.exp_avg_sq, index)[member].detach().clone(),
+                    "exp_avg": self.flat.slice(self.exp_avg, index)[member][region].detach().clone(),
+                    "exp_avg_sq": self.flat.slice(self.exp_avg_sq, index)[member][region].detach().clone(),
                 }
 
 
