@@ -28,7 +28,8 @@ def filled_memory(rows: int = 500) -> ReplayBuffer:
 
 def population(double: bool = True, widths: bool = False) -> list[DQN]:
     """Same architecture (one has an inserted residual layer, replayed on all), different
-    hyperparameters; with `widths`, members then differ in layer and latent widths (padded)."""
+    hyperparameters; with `widths`, members then differ in layer and latent widths (padded) and
+    in inserted residual layers (phantoms)."""
     settings = [dict(lr=1e-3, batch_size=16, gamma=0.99, tau=1e-2),
                 dict(lr=3e-3, batch_size=24, gamma=0.9, tau=5e-3),
                 dict(lr=5e-4, batch_size=8, gamma=0.95, tau=1.0)]
@@ -43,6 +44,14 @@ def population(double: bool = True, widths: bool = False) -> list[DQN]:
         agents[1].apply_architecture_mutation("head.remove_node", np.random.default_rng(5), hidden_layer=0,
                                               numb_nodes=8)
         agents[2].apply_architecture_mutation("add_latent_node", np.random.default_rng(6))
+        agents[1].apply_architecture_mutation("encoder.add_layer", np.random.default_rng(7), hidden_layer=2)
+        agents[2].apply_architecture_mutation("head.add_layer", np.random.default_rng(8), hidden_layer=0)
+        for agent in agents:  # open the new gates, so the inserted layers do something
+            for network in (agent.actor, agent.actor_target):
+                for block in [*network.encoder.layers, *network.head.layers]:
+                    if block.residual:
+                        with torch.no_grad():
+                            block.gate.fill_(0.5)
     return agents
 
 
@@ -101,12 +110,12 @@ def test_batched_acting_matches_get_action() -> None:
     np.testing.assert_array_equal(actions, expected)
 
 
-def test_widths_stack_with_padding_but_depths_do_not() -> None:
+def test_widths_and_inserted_layers_stack_but_plain_layer_counts_do_not() -> None:
     agents = population(widths=True)
     stacked = stack_modules([agent.actor for agent in agents])
     x = torch.randn(len(agents), 10, 4)
     expected = torch.stack([agent.actor(x[i]) for i, agent in enumerate(agents)])
     assert torch.allclose(stacked(x), expected, atol=1e-6)
-    agents[1].apply_architecture_mutation("encoder.add_layer", np.random.default_rng(0), hidden_layer=0)
+    fewer = DQN(OBS, ACT, net_config={**NET, "encoder_config": {"hidden_size": [32]}})
     with pytest.raises(NotStackableError):
-        DQNGroup(agents)
+        DQNGroup([*agents, fewer])

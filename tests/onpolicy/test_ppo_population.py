@@ -71,9 +71,10 @@ def adam_state(agent: PPO) -> list[tuple[float, torch.Tensor, torch.Tensor]]:
 
 
 def widened(agents: list[PPO]) -> list[PPO]:
-    """The members made to differ in widths (stacked with padding)."""
+    """The members made to differ in widths (stacked with padding) and inserted layers (phantoms)."""
     agents[0].apply_architecture_mutation("encoder.add_node", np.random.default_rng(1), hidden_layer=0,
                                           numb_new_nodes=16)
+    agents[1].apply_architecture_mutation("encoder.add_layer", np.random.default_rng(3), hidden_layer=0)
     agents[2].apply_architecture_mutation("head.remove_node", np.random.default_rng(2), hidden_layer=0, numb_nodes=8)
     return agents
 

@@ -61,16 +61,18 @@ def architecture_key(module: nn.Module) -> str:
     raise NotStackableError(f"{type(module).__name__} is not an EvolvableModule")
 
 
-SIZE_KEYS = frozenset({"num_inputs", "num_outputs", "latent_dim", "input_shape"})
-"""Config entries that only give sizes (ignored by :func:`structure_key`; ``hidden_size`` and
-``norm_eps``, which node growth rescales, count only by their lengths)."""
-PER_LAYER_KEYS = frozenset({"hidden_size", "norm_eps"})
+SIZE_KEYS = frozenset({"num_inputs", "num_outputs", "latent_dim", "input_shape", "hidden_size", "norm_eps",
+                       "residual"})
+"""Config entries :func:`structure_key` ignores: sizes, per-layer eps (node growth rescales it)
+and the layer list itself, of which only the number of plain (non-residual) layers counts."""
 
 
 def _without_sizes(config: object) -> object:
     if isinstance(config, dict):
-        return {key: len(value) if key in PER_LAYER_KEYS else _without_sizes(value)
-                for key, value in config.items() if key not in SIZE_KEYS}
+        key = {name: _without_sizes(value) for name, value in config.items() if name not in SIZE_KEYS}
+        if "residual" in config:
+            key["plain_layers"] = sum(1 for flag in config["residual"] if not flag)  # type: ignore[union-attr]
+        return key
     if isinstance(config, list):
         return [_without_sizes(value) for value in config]
     return config
@@ -78,7 +80,7 @@ def _without_sizes(config: object) -> object:
 
 def structure_key(module: nn.Module) -> str:
     """A string equal for two networks exactly when they can be stacked together (with padding):
-    their architectures differ at most in layer widths and latent size."""
+    their architectures differ at most in layer widths, latent size and inserted residual layers."""
     if isinstance(module, EvolvableModule):
         return f"{type(module).__qualname__}:{json.dumps(_without_sizes(module.config), sort_keys=True, default=str)}"
     raise NotStackableError(f"{type(module).__name__} is not an EvolvableModule")
@@ -232,19 +234,77 @@ def _stateless(module: nn.Module) -> nn.Module:
     return module
 
 
-def _stacked_child(children: Sequence[nn.Module]) -> nn.Module:
+MemberPaths = dict[str, list[str | None]]
+"""Stacked module path -> each member's path of the module it holds (None: a phantom layer)."""
+
+
+def _stacked_child(children: Sequence[nn.Module], path: str, member_paths: list[str], paths: MemberPaths) -> nn.Module:
     first = children[0]
+    paths[path] = list(member_paths)
     if type(first) is nn.Linear:
         return StackedLinear(children)  # type: ignore[arg-type]
     if type(first) is nn.LayerNorm:
         return StackedLayerNorm(children)  # type: ignore[arg-type]
     if type(first) is DenseBlock:
         return StackedDenseBlock(children)  # type: ignore[arg-type]
-    return _stacked_container(children)
+    if type(first) is nn.ModuleList and all(type(block) is DenseBlock for child in children for block in child):
+        return _stacked_dense_layers(children, path, member_paths, paths)  # type: ignore[arg-type]
+    return _stacked_container(children, path, member_paths, paths)
 
 
-def _stacked_container(modules: Sequence[nn.Module]) -> nn.Module:
+def _stacked_dense_layers(lists: Sequence[nn.ModuleList], path: str, member_paths: list[str],
+                          paths: MemberPaths) -> nn.ModuleList:
+    """Hidden dense layers aligned by their plain layers: after the k-th plain layer every member
+    gets as many residual layers as the member with the most there, the missing ones as
+    *phantoms* (identity residual blocks with a closed gate that no member owns)."""
+    runs = []  # per member: [[plain, residual, ...], ...]
+    for blocks in lists:
+        member_runs: list[list[DenseBlock]] = []
+        for block in blocks:
+            if block.residual and member_runs:
+                member_runs[-1].append(block)
+            else:
+                member_runs.append([block])
+        runs.append(member_runs)
+    if len({len(member_runs) for member_runs in runs}) != 1:
+        raise NotStackableError("the members' plain hidden layers differ in number")
+    layers = nn.ModuleList()
+    for run in range(len(runs[0])):
+        longest = max(len(member_runs[run]) for member_runs in runs)
+        for position in range(longest):
+            blocks, owners = [], []
+            for member, (member_runs, blocks_of_member) in enumerate(zip(runs, lists, strict=True)):
+                if position < len(member_runs[run]):
+                    block = member_runs[run][position]
+                    index = next(i for i, b in enumerate(blocks_of_member) if b is block)
+                    blocks.append(block)
+                    owners.append(f"{member_paths[member]}.{index}")
+                else:
+                    blocks.append(_phantom_after(member_runs[run][-1]))
+                    owners.append(None)
+            stacked_path = f"{path}.{len(layers)}"
+            paths[stacked_path] = owners  # type: ignore[assignment]
+            layers.append(StackedDenseBlock(blocks))
+    return layers
+
+
+def _phantom_after(block: DenseBlock) -> DenseBlock:
+    """An identity residual layer (closed gate, zero weights) reading `block`'s outputs."""
+    width = block.out_features
+    like = block.main.weight
+    with torch.no_grad():
+        phantom = DenseBlock(width, width, block.activation_name, block.norm is not None, norm_eps=block.norm_eps,
+                             residual=True, device=like.device, dtype=like.dtype)
+        for param in phantom.parameters():
+            param.zero_()
+    return phantom
+
+
+def _stacked_container(modules: Sequence[nn.Module], path: str = "", member_paths: list[str] | None = None,
+                       paths: MemberPaths | None = None) -> nn.Module:
     """A shallow copy of ``modules[0]`` whose children are stacked; it must own no weights itself."""
+    member_paths = member_paths if member_paths is not None else [""] * len(modules)
+    paths = paths if paths is not None else {}
     first = modules[0]
     if first._parameters or any(buffer is not None for buffer in first._buffers.values()):
         if not first._modules:
@@ -262,7 +322,9 @@ def _stacked_container(modules: Sequence[nn.Module]) -> nn.Module:
             container._modules[name] = None
             continue
         siblings = [module._modules[name] for module in modules]
-        container._modules[name] = _stacked_child(siblings)  # type: ignore[arg-type]
+        child_paths = [f"{member_path}.{name}" if member_path else name for member_path in member_paths]
+        container._modules[name] = _stacked_child(siblings, f"{path}.{name}" if path else name,  # type: ignore[arg-type]
+                                                  child_paths, paths)
     return container
 
 
@@ -281,13 +343,14 @@ def stack_modules(members: Sequence[nn.Module]) -> nn.Module:
     devices = {p.device for member in members for p in member.parameters()}
     if len(devices) > 1:
         raise NotStackableError("the members live on different devices")
-    stacked = _stacked_container(members)
-    for member in members:
-        for name, member_param in member.named_parameters():
-            stacked_param = member_layout(stacked, name)(stacked.get_parameter(name))
-            if stacked_param.dim() != member_param.dim() + 1 or any(
-                    big < small for big, small in zip(stacked_param.shape[1:], member_param.shape, strict=True)):
-                raise NotStackableError(f"parameter {name} does not line up with the members'")
+    paths: MemberPaths = {"": [""] * len(members)}
+    stacked = _stacked_container(members, "", None, paths)
+    stacked.agile_member_paths = paths  # how member_parameters finds each member's own tensors
+    for param, targets in member_parameters(stacked, members):
+        for target in targets:
+            if target is not None and (param.dim() != target.dim() + 1 or any(
+                    big < small for big, small in zip(param.shape[1:], target.shape, strict=True))):
+                raise NotStackableError("a stacked parameter does not line up with the members'")
     return stacked
 
 
@@ -352,12 +415,42 @@ class FlatParameters:
 warnings.filterwarnings("ignore", message="grad and param do not obey the gradient layout contract")
 
 
-def member_parameters(stacked: nn.Module, members: Sequence[nn.Module]) -> Iterator[tuple[torch.Tensor, list[torch.Tensor]]]:
+def member_parameters(stacked: nn.Module,
+                      members: Sequence[nn.Module]) -> Iterator[tuple[torch.Tensor, list[torch.Tensor | None]]]:
     """Pairs (stacked parameter viewed ``[P, *member_shape]`` (padded to the widest member), the
-    members' parameters it holds, each in ``view[p][corner(shape)]``), matched by name."""
-    member_params = [dict(member.named_parameters()) for member in members]
+    members' parameters it holds, each in ``view[p][corner(shape)]``; None where the member has a
+    phantom layer), in the stacked module's parameter order."""
+    paths = _member_paths(stacked)
     for name, param in stacked.named_parameters():
-        yield member_layout(stacked, name)(param), [params[name] for params in member_params]
+        owners = _owners(paths, name, len(members))
+        targets = [None if owner is None else member.get_parameter(owner)
+                   for member, owner in zip(members, owners, strict=True)]
+        yield member_layout(stacked, name)(param), targets
+
+
+def _member_paths(stacked: nn.Module) -> MemberPaths:
+    """The member paths of every stacked module inside `stacked` (e.g. an actor and a critic
+    stacked separately and held together), with their prefixes."""
+    def join(prefix: str, path: str) -> str:
+        return f"{prefix}.{path}" if prefix and path else prefix or path
+
+    paths: MemberPaths = {}
+    for prefix, module in stacked.named_modules():
+        for path, owners in getattr(module, "agile_member_paths", {}).items():
+            paths[join(prefix, path)] = [None if owner is None else join(prefix, owner) for owner in owners]
+    return paths
+
+
+def _owners(paths: MemberPaths, name: str, members: int) -> list[str | None]:
+    """Each member's name for stacked parameter `name`: the nearest mapped enclosing module's
+    member path plus the rest of the name (the same name when nothing is mapped)."""
+    head, rest = name, ""
+    while head:
+        head, _, last = head.rpartition(".")
+        rest = f"{last}.{rest}" if rest else last
+        if head in paths:
+            return [None if owner is None else (f"{owner}.{rest}" if owner else rest) for owner in paths[head]]
+    return [name] * members
 
 
 def copy_to_members(stacked: nn.Module, members: Sequence[nn.Module]) -> None:
@@ -365,7 +458,8 @@ def copy_to_members(stacked: nn.Module, members: Sequence[nn.Module]) -> None:
     with torch.no_grad():
         for param, targets in member_parameters(stacked, members):
             for index, target in enumerate(targets):
-                target.copy_(param[index][corner(target.shape)])
+                if target is not None:
+                    target.copy_(param[index][corner(target.shape)])
 
 
 def padding_mask(stacked: nn.Module, members: Sequence[nn.Module], flat: FlatParameters) -> torch.Tensor | None:
@@ -375,5 +469,6 @@ def padding_mask(stacked: nn.Module, members: Sequence[nn.Module], flat: FlatPar
     for index, (_, targets) in enumerate(member_parameters(stacked, members)):
         view = flat.slice(mask, index)
         for member, target in enumerate(targets):
-            view[member][corner(target.shape)] = 1.0
+            if target is not None:
+                view[member][corner(target.shape)] = 1.0
     return None if bool(mask.all()) else mask

@@ -52,7 +52,7 @@ class StackedAdam:
         self.pairs = list(member_parameters(stacked, members))
         owned = [{id(p) for p in optimizer.param_groups[0]["params"]} for optimizer in optimizers]
         for _, targets in self.pairs:
-            if any(id(target) not in params for target, params in zip(targets, owned, strict=True)):
+            if any(target is not None and id(target) not in params for target, params in zip(targets, owned, strict=True)):
                 raise NotStackableError("a member's optimizer does not own all of its network's parameters")
         self.flat = FlatParameters(stacked)
         self.padding = padding_mask(stacked, members, self.flat)
@@ -63,9 +63,10 @@ class StackedAdam:
         self.step_count = np.zeros(len(optimizers), dtype=np.float64)
         for member, optimizer in enumerate(self.optimizers):
             for index, (_, targets) in enumerate(self.pairs):
-                state = optimizer.state.get(targets[member])
-                if state:
-                    region = corner(targets[member].shape)
+                target = targets[member]
+                state = None if target is None else optimizer.state.get(target)
+                if state and target is not None:
+                    region = corner(target.shape)
                     self.flat.slice(self.exp_avg, index)[member][region] = state["exp_avg"]
                     self.flat.slice(self.exp_avg_sq, index)[member][region] = state["exp_avg_sq"]
                     # One optimizer, one param group: every tensor of a member has the same step.
@@ -123,7 +124,7 @@ class StackedAdam:
         """Write moments and step counts back into each member's ``torch.optim.Adam`` state."""
         for index, (_, targets) in enumerate(self.pairs):
             for member, (optimizer, target) in enumerate(zip(self.optimizers, targets, strict=True)):
-                if self.step_count[member] == 0:
+                if self.step_count[member] == 0 or target is None:
                     continue
                 region = corner(target.shape)
                 optimizer.state[target] = {
