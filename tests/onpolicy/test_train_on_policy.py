@@ -128,10 +128,11 @@ def test_ctrl_c_saves_a_resumable_checkpoint(tmp_path):
     timer.cancel()
     path = info.value.checkpoint_path
     assert path is not None and path.is_dir()
-    # at least one more generation whatever the interrupt point (a fast batched run may have
-    # finished its first generation within the 1.5 s)
-    pop, fitnesses = train_on_policy(env, "CartPole-v1", "PPO", population(env, 2), max_steps=8192, evo_steps=4096,
-                                     verbose=False, resume_from_checkpoint=str(path), **evolution(2))
+    # one more generation whatever the interrupt point (a fast batched run may have finished
+    # generations within the 1.5 s); the checkpoint is named by the steps each agent had taken
+    done = int(path.name.rsplit("_", 1)[-1])
+    pop, fitnesses = train_on_policy(env, "CartPole-v1", "PPO", population(env, 2), max_steps=done + 4096,
+                                     evo_steps=4096, verbose=False, resume_from_checkpoint=str(path), **evolution(2))
     assert len(fitnesses) == 2 and all(agent.fitness for agent in pop)
 
 
