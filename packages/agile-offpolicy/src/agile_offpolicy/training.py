@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -366,8 +366,8 @@ def train_off_policy(
         if batch_population and n_step_memory is None and can_batch(pop, memory) else None
     if population_env is not None:
         def population_phase(agents: list[Any], vector_steps: int, should_stop: Callable[[], bool]) -> list[PhaseResult]:
-            return collect_and_learn_population(agents, population_env, memory, vector_steps, schedule,
-                                                learning_delay, learn_credit, swap_channels, should_stop)
+            return collect_and_learn_population(agents, population_env, cast(ReplayBuffer, memory), vector_steps,
+                                                schedule, learning_delay, learn_credit, swap_channels, should_stop)
 
         def population_evaluate(agents: list[Any]) -> list[float]:
             return evaluate_batched(agents, population_env, loop=eval_loop, max_steps=eval_steps,

@@ -37,9 +37,9 @@ from agile_core.networks import StochasticActor, ValueNetwork, preprocess_observ
 from agile_core.networks.fused import FusedMLPChain, Tape
 from agile_core.networks.stacked import (
     NotStackableError,
-    structure_key,
     copy_to_members,
     stack_modules,
+    structure_key,
 )
 from agile_core.networks.stacked_adam import StackedAdam, clip_flat_grad_norm
 from agile_core.training.population import pad_index_batches
@@ -79,14 +79,15 @@ class _Rollouts:
 class _FusedNetworks:
     """A group's stacked actor and critic as fused chains: encoder(s), then policy and value heads."""
 
-    def __init__(self, actor: nn.Module, critic: nn.Module | None) -> None:
+    def __init__(self, actor: StochasticActor, critic: ValueNetwork | None) -> None:
         if type(actor) not in (StochasticActor, SharedActorCritic) or (critic is not None and
                                                                         type(critic) is not ValueNetwork):
             raise NotStackableError("only plain actor and value networks run fused")
         self.encoder = FusedMLPChain([actor.encoder])
         self.head = FusedMLPChain([actor.head])
         self.critic_encoder = None if critic is None else FusedMLPChain([critic.encoder])
-        self.value_head = FusedMLPChain([actor.value_head if critic is None else critic.head])
+        value_head = cast(SharedActorCritic, actor).value_head if critic is None else critic.head
+        self.value_head = FusedMLPChain([value_head])
 
     def forward(self, inputs: torch.Tensor, tapes: list[Tape] | None = None,
                 critic: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:

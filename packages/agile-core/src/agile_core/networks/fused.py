@@ -26,7 +26,12 @@ import torch
 from torch import nn
 
 from agile_core.networks.mlp import EvolvableMLP
-from agile_core.networks.stacked import NotStackableError, StackedDenseBlock, StackedLayerNorm, StackedLinear
+from agile_core.networks.stacked import (
+    NotStackableError,
+    StackedDenseBlock,
+    StackedLayerNorm,
+    StackedLinear,
+)
 
 __all__ = ["ACTIVATIONS", "FusedMLPChain", "Tape"]
 
@@ -52,16 +57,16 @@ def _activation(module: nn.Module) -> _Activation:
         return _Activation(torch.tanh, lambda g, x, y: aten.tanh_backward(g, y))
     if kind is nn.Sigmoid:
         return _Activation(torch.sigmoid, lambda g, x, y: aten.sigmoid_backward(g, y))
-    if kind is nn.GELU:
-        approximate = str(module.approximate)  # type: ignore[attr-defined]
+    if kind is nn.GELU and isinstance(module, nn.GELU):
+        approximate = str(module.approximate)
         return _Activation(lambda x: aten.gelu(x, approximate=approximate),
                            lambda g, x, y: aten.gelu_backward(g, x, approximate=approximate))
-    if kind is nn.ELU:
-        alpha = float(module.alpha)  # type: ignore[attr-defined]
+    if kind is nn.ELU and isinstance(module, nn.ELU):
+        alpha = float(module.alpha)
         return _Activation(lambda x: aten.elu(x, alpha),
                            lambda g, x, y: aten.elu_backward(g, alpha, 1, 1, False, x))
-    if kind is nn.LeakyReLU:
-        slope = float(module.negative_slope)  # type: ignore[attr-defined]
+    if kind is nn.LeakyReLU and isinstance(module, nn.LeakyReLU):
+        slope = float(module.negative_slope)
         return _Activation(lambda x: aten.leaky_relu(x, slope),
                            lambda g, x, y: aten.leaky_relu_backward(g, x, slope, False))
     raise NotStackableError(f"{kind.__name__} has no fused version")
@@ -95,13 +100,15 @@ class _Layer:
     def of(cls, linear: StackedLinear, norm: StackedLayerNorm | None, activation: nn.Module,
            block: StackedDenseBlock | None) -> _Layer:
         """The layer of a stacked linear (+ norm) + activation (+ residual `block`)."""
-        residual = block is not None and block.residual
-        return cls(linear.weight, linear.bias, None if norm is None else list(norm.normalized_shape),
-                   0.0 if norm is None else norm.eps, None if norm is None else norm.weight,
-                   None if norm is None else norm.bias, None if norm is None else norm.unit_mask,
-                   None if norm is None else norm.unit_counts, None if norm is None else norm.unit_eps,
-                   _activation(activation),
-                   block.shortcut if residual else None, block.gate if residual else None)  # type: ignore[union-attr]
+        residual = block if block is not None and block.residual else None
+        return cls(
+            weight=linear.weight, bias=linear.bias,
+            norm_shape=None if norm is None else list(norm.normalized_shape),
+            norm_eps=0.0 if norm is None else norm.eps,
+            norm_weight=None if norm is None else norm.weight, norm_bias=None if norm is None else norm.bias,
+            unit_mask=None if norm is None else norm.unit_mask, unit_counts=None if norm is None else norm.unit_counts,
+            unit_eps=None if norm is None else norm.unit_eps, activation=_activation(activation),
+            shortcut=None if residual is None else residual.shortcut, gate=None if residual is None else residual.gate)
 
 
 @dataclass
@@ -174,12 +181,13 @@ class FusedMLPChain:
             else:
                 assert layer.unit_counts is not None and layer.unit_eps is not None
                 normalised, mean, rstd = _normalise_masked_rows(h, layer.unit_eps, layer.unit_mask, layer.unit_counts)
+            assert layer.norm_weight is not None
             a = normalised * layer.norm_weight if layer.norm_bias is None else \
-                torch.addcmul(layer.norm_bias, normalised, layer.norm_weight)  # type: ignore[arg-type]
+                torch.addcmul(layer.norm_bias, normalised, layer.norm_weight)
         y = layer.activation.forward(a)
         if tape is not None:
             tape.append(_Saved(x, h, normalised, mean, rstd, a, y))
-        if layer.shortcut is None:
+        if layer.shortcut is None or layer.gate is None:
             return y
         return torch.bmm(x, layer.shortcut) + layer.gate * y
 

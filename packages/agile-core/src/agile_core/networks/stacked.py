@@ -24,6 +24,7 @@ import copy
 import json
 import warnings
 from collections.abc import Callable, Iterator, Sequence
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -71,7 +72,7 @@ def _without_sizes(config: object) -> object:
     if isinstance(config, dict):
         key = {name: _without_sizes(value) for name, value in config.items() if name not in SIZE_KEYS}
         if "residual" in config:
-            key["plain_layers"] = sum(1 for flag in config["residual"] if not flag)  # type: ignore[union-attr]
+            key["plain_layers"] = sum(1 for flag in config["residual"] if not flag)
         return key
     if isinstance(config, list):
         return [_without_sizes(value) for value in config]
@@ -100,7 +101,7 @@ def _stack(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     shape = [max(sizes) for sizes in zip(*(t.shape for t in tensors), strict=True)]
     stacked = tensors[0].new_zeros(len(tensors), *shape)
     for index, tensor in enumerate(tensors):
-        stacked[(index, *corner(tensor.shape))] = tensor.detach()
+        stacked[index][corner(tensor.shape)] = tensor.detach()
     return stacked
 
 
@@ -186,6 +187,7 @@ class StackedLayerNorm(nn.Module):
             mean = (x * self.unit_mask).sum(dim=-1, keepdim=True) / self.unit_counts
             centered = (x - mean) * self.unit_mask
             variance = centered.square().sum(dim=-1, keepdim=True) / self.unit_counts
+            assert self.unit_eps is not None
             normalised = centered * torch.rsqrt(variance + self.unit_eps)
         if self.bias is None:
             return normalised * self.weight
@@ -238,7 +240,8 @@ MemberPaths = dict[str, list[str | None]]
 """Stacked module path -> each member's path of the module it holds (None: a phantom layer)."""
 
 
-def _stacked_child(children: Sequence[nn.Module], path: str, member_paths: list[str], paths: MemberPaths) -> nn.Module:
+def _stacked_child(children: Sequence[nn.Module], path: str, member_paths: Sequence[str],
+                   paths: MemberPaths) -> nn.Module:
     first = children[0]
     paths[path] = list(member_paths)
     if type(first) is nn.Linear:
@@ -247,20 +250,22 @@ def _stacked_child(children: Sequence[nn.Module], path: str, member_paths: list[
         return StackedLayerNorm(children)  # type: ignore[arg-type]
     if type(first) is DenseBlock:
         return StackedDenseBlock(children)  # type: ignore[arg-type]
-    if type(first) is nn.ModuleList and all(type(block) is DenseBlock for child in children for block in child):
-        return _stacked_dense_layers(children, path, member_paths, paths)  # type: ignore[arg-type]
+    if all(type(child) is nn.ModuleList for child in children) and all(
+            type(block) is DenseBlock for child in children for block in cast(nn.ModuleList, child)):
+        return _stacked_dense_layers([cast(nn.ModuleList, child) for child in children], path, member_paths, paths)
     return _stacked_container(children, path, member_paths, paths)
 
 
-def _stacked_dense_layers(lists: Sequence[nn.ModuleList], path: str, member_paths: list[str],
+def _stacked_dense_layers(lists: Sequence[nn.ModuleList], path: str, member_paths: Sequence[str],
                           paths: MemberPaths) -> nn.ModuleList:
     """Hidden dense layers aligned by their plain layers: after the k-th plain layer every member
     gets as many residual layers as the member with the most there, the missing ones as
     *phantoms* (identity residual blocks with a closed gate that no member owns)."""
-    runs = []  # per member: [[plain, residual, ...], ...]
-    for blocks in lists:
+    runs: list[list[list[DenseBlock]]] = []  # per member: [[plain, residual, ...], ...]
+    for member_blocks in lists:
         member_runs: list[list[DenseBlock]] = []
-        for block in blocks:
+        for module in member_blocks:
+            block = cast(DenseBlock, module)
             if block.residual and member_runs:
                 member_runs[-1].append(block)
             else:
@@ -272,19 +277,19 @@ def _stacked_dense_layers(lists: Sequence[nn.ModuleList], path: str, member_path
     for run in range(len(runs[0])):
         longest = max(len(member_runs[run]) for member_runs in runs)
         for position in range(longest):
-            blocks, owners = [], []
+            aligned: list[DenseBlock] = []
+            owners: list[str | None] = []
             for member, (member_runs, blocks_of_member) in enumerate(zip(runs, lists, strict=True)):
                 if position < len(member_runs[run]):
                     block = member_runs[run][position]
                     index = next(i for i, b in enumerate(blocks_of_member) if b is block)
-                    blocks.append(block)
+                    aligned.append(block)
                     owners.append(f"{member_paths[member]}.{index}")
                 else:
-                    blocks.append(_phantom_after(member_runs[run][-1]))
+                    aligned.append(_phantom_after(member_runs[run][-1]))
                     owners.append(None)
-            stacked_path = f"{path}.{len(layers)}"
-            paths[stacked_path] = owners  # type: ignore[assignment]
-            layers.append(StackedDenseBlock(blocks))
+            paths[f"{path}.{len(layers)}"] = owners
+            layers.append(StackedDenseBlock(aligned))
     return layers
 
 
@@ -300,7 +305,7 @@ def _phantom_after(block: DenseBlock) -> DenseBlock:
     return phantom
 
 
-def _stacked_container(modules: Sequence[nn.Module], path: str = "", member_paths: list[str] | None = None,
+def _stacked_container(modules: Sequence[nn.Module], path: str = "", member_paths: Sequence[str] | None = None,
                        paths: MemberPaths | None = None) -> nn.Module:
     """A shallow copy of ``modules[0]`` whose children are stacked; it must own no weights itself."""
     member_paths = member_paths if member_paths is not None else [""] * len(modules)
@@ -345,7 +350,7 @@ def stack_modules(members: Sequence[nn.Module]) -> nn.Module:
         raise NotStackableError("the members live on different devices")
     paths: MemberPaths = {"": [""] * len(members)}
     stacked = _stacked_container(members, "", None, paths)
-    stacked.agile_member_paths = paths  # how member_parameters finds each member's own tensors
+    object.__setattr__(stacked, "agile_member_paths", paths)  # how member_parameters finds each member's tensors
     for param, targets in member_parameters(stacked, members):
         for target in targets:
             if target is not None and (param.dim() != target.dim() + 1 or any(
@@ -423,8 +428,8 @@ def member_parameters(stacked: nn.Module,
     paths = _member_paths(stacked)
     for name, param in stacked.named_parameters():
         owners = _owners(paths, name, len(members))
-        targets = [None if owner is None else member.get_parameter(owner)
-                   for member, owner in zip(members, owners, strict=True)]
+        targets: list[torch.Tensor | None] = [None if owner is None else member.get_parameter(owner)
+                                              for member, owner in zip(members, owners, strict=True)]
         yield member_layout(stacked, name)(param), targets
 
 

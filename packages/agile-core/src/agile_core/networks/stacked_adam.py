@@ -15,7 +15,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from agile_core.networks.stacked import FlatParameters, NotStackableError, corner, member_parameters, padding_mask
+from agile_core.networks.stacked import (
+    FlatParameters,
+    NotStackableError,
+    corner,
+    member_parameters,
+    padding_mask,
+)
 
 __all__ = ["StackedAdam", "clip_flat_grad_norm"]
 
