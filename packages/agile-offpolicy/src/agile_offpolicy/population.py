@@ -1,8 +1,8 @@
 """The population-batched off-policy phase: every agent collects and learns at the same time.
 
 The population steps one vector env with ``agents x num_envs`` sub-envs (agent ``p`` owns the
-consecutive slice ``[p * num_envs, (p + 1) * num_envs)``). Agents with the same architecture form
-a :class:`~agile_offpolicy.dqn_population.DQNGroup` that acts and learns as one stacked
+consecutive slice ``[p * num_envs, (p + 1) * num_envs)``). Agents with the same network
+structure form a :class:`~agile_offpolicy.dqn_population.DQNGroup` that acts and learns as one stacked
 computation; each agent keeps its own epsilon schedule position, learn step, batch size and
 hyperparameters. Transitions of all agents go to the shared replay memory in one call.
 """

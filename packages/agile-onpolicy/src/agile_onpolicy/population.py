@@ -1,8 +1,8 @@
 """The population-batched on-policy phase: every agent collects and learns at the same time.
 
 The population steps one vector env with ``agents x num_envs`` sub-envs (agent ``p`` owns the
-consecutive slice ``[p * num_envs, (p + 1) * num_envs)``). Agents with the same architecture form
-a :class:`~agile_onpolicy.ppo_population.PPOGroup` that acts and learns as one stacked
+consecutive slice ``[p * num_envs, (p + 1) * num_envs)``). Agents with the same network
+structure form a :class:`~agile_onpolicy.ppo_population.PPOGroup` that acts and learns as one stacked
 computation. Every agent keeps its own rollout buffer, so its own rollout length (``learn_step //
 num_envs``), ``gamma`` and ``gae_lambda``; rows are written, bootstrapped and masked exactly as
 :func:`agile_onpolicy.collect.collect_rollouts` does (the next-step autoreset row is invalid; a

@@ -119,7 +119,7 @@ class PPOGroup:
     """Stacked networks and Adam of `members` (plain, feed-forward PPO agents).
 
     Args:
-        members: The agents, all plain :class:`PPO` with the same architectures.
+        members: The agents, all plain :class:`PPO` with networks of the same structure.
         fused: Run MLP networks as fused chains (the default); False always uses autograd.
     """
 

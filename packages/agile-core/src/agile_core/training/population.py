@@ -1,7 +1,8 @@
 """Pieces every population-batched loop shares (off-policy DQN, on-policy PPO).
 
 A *population env* gives agent ``p`` the consecutive sub-envs ``[p * n, (p + 1) * n)``. Agents
-whose networks have the same architecture form a *group* that acts and learns as one stacked
+whose networks have the same structure (:func:`~agile_core.networks.stacked.structure_key`:
+widths and inserted residual layers may differ) form a *group* that acts and learns as one stacked
 computation (see :mod:`agile_core.networks.stacked`); the helpers here build those groups, pick a
 group's rows out of the population's arrays, and lay out per-member index batches of different
 sizes as one padded ``[P, width]`` block with loss weights.
