@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 RSS_CHILD = """
@@ -44,10 +45,31 @@ print(usage.ru_maxrss, code, usage.ru_utime + usage.ru_stime)
 """
 
 
+def _per_call_ms(fn: Callable[[], object], warmup: int, repeats: int) -> float:
+    """Milliseconds per call of `fn` after `warmup` untimed calls."""
+    for _ in range(warmup):
+        fn()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        fn()
+    return (time.perf_counter() - start) / repeats * 1e3
+
+
+def _print_learn_case(algorithm: str, pop: int, batch_size: int, hidden: int, loop_ms: float, stacked_ms: float,
+                      single: float, digits: int) -> None:
+    """One JSON line comparing one-by-one and stacked learning with one agent's cost."""
+    import torch
+
+    print(json.dumps({"case": "learn", "algorithm": algorithm, "pop_size": pop, "batch_size": batch_size,
+                      "hidden": hidden, "threads": torch.get_num_threads(),
+                      "one_by_one_ms": round(loop_ms, digits), "stacked_ms": round(stacked_ms, digits),
+                      "one_agent_ms": round(single, digits), "stacked_vs_one_agent": round(stacked_ms / single, 2),
+                      "one_by_one_vs_one_agent": round(loop_ms / single, 2)}), flush=True)
+
+
 def bench_learn(pops: list[int], repeats: int, batch_size: int, hidden: int) -> None:
     """Per-step cost of P agents learning, one by one vs stacked."""
     import numpy as np
-    import torch
     from gymnasium import spaces
 
     from agile_offpolicy.buffers import ReplayBuffer
@@ -63,14 +85,6 @@ def bench_learn(pops: list[int], repeats: int, batch_size: int, hidden: int) -> 
                rng.normal(size=rows).astype(np.float32), rng.uniform(-1, 1, (rows, 4)).astype(np.float32),
                rng.random(rows) < 0.05)
 
-    def per_step_ms(fn: object) -> float:
-        for _ in range(20):
-            fn()  # type: ignore[operator]
-        start = time.perf_counter()
-        for _ in range(repeats):
-            fn()  # type: ignore[operator]
-        return (time.perf_counter() - start) / repeats * 1e3
-
     single: float | None = None
     for pop in pops:
         agents = [DQN(obs_space, act_space, net_config=net, seed=i, batch_size=batch_size, lr=1e-3) for i in range(pop)]
@@ -79,27 +93,22 @@ def bench_learn(pops: list[int], repeats: int, batch_size: int, hidden: int) -> 
             for agent in agents:
                 agent.learn(memory.sample(agent.batch_size, agent.rng))
 
-        loop_ms = per_step_ms(one_by_one)
+        loop_ms = _per_call_ms(one_by_one, 20, repeats)
         group = DQNGroup(agents)
         active = [True] * pop
 
         def stacked(group: DQNGroup = group, active: list[bool] = active) -> None:
             group.learn(group.sample(memory, active), active)
 
-        stacked_ms = per_step_ms(stacked)
+        stacked_ms = _per_call_ms(stacked, 20, repeats)
         if single is None:
             single = loop_ms / pop
-        print(json.dumps({"case": "learn", "algorithm": "DQN", "pop_size": pop, "batch_size": batch_size,
-                          "hidden": hidden, "threads": torch.get_num_threads(),
-                          "one_by_one_ms": round(loop_ms, 3), "stacked_ms": round(stacked_ms, 3),
-                          "one_agent_ms": round(single, 3), "stacked_vs_one_agent": round(stacked_ms / single, 2),
-                          "one_by_one_vs_one_agent": round(loop_ms / single, 2)}), flush=True)
+        _print_learn_case("DQN", pop, batch_size, hidden, loop_ms, stacked_ms, single, digits=3)
 
 
 def bench_learn_ppo(pops: list[int], repeats: int, batch_size: int, hidden: int) -> None:
     """Cost of one PPO update (4 epochs over a 128 x 8 rollout) of P agents, one by one vs stacked."""
     import numpy as np
-    import torch
     from gymnasium import spaces
 
     from agile_onpolicy.ppo import PPO
@@ -119,13 +128,6 @@ def bench_learn_ppo(pops: list[int], repeats: int, batch_size: int, hidden: int)
         buffer.compute_returns_and_advantages(np.zeros(num_envs, dtype=np.float32))
         return buffer
 
-    def per_update_ms(fn: object) -> float:
-        fn()  # type: ignore[operator]
-        start = time.perf_counter()
-        for _ in range(repeats):
-            fn()  # type: ignore[operator]
-        return (time.perf_counter() - start) / repeats * 1e3
-
     single: float | None = None
     for pop in pops:
         agents = [PPO(obs_space, act_space, net_config=net, seed=i, learn_step=1024, batch_size=batch_size, lr=1e-3,
@@ -136,16 +138,15 @@ def bench_learn_ppo(pops: list[int], repeats: int, batch_size: int, hidden: int)
             for agent, buffer in zip(agents, buffers, strict=True):
                 agent.learn(buffer)  # type: ignore[arg-type]
 
-        loop_ms = per_update_ms(one_by_one)
+        loop_ms = _per_call_ms(one_by_one, 1, repeats)
         group = PPOGroup(agents)
-        stacked_ms = per_update_ms(lambda group=group, buffers=buffers: group.learn(buffers))
+        def stacked(group: PPOGroup = group, buffers: list[object] = buffers) -> None:
+            group.learn(buffers)  # type: ignore[arg-type]
+
+        stacked_ms = _per_call_ms(stacked, 1, repeats)
         if single is None:
             single = loop_ms / pop
-        print(json.dumps({"case": "learn", "algorithm": "PPO", "pop_size": pop, "batch_size": batch_size,
-                          "hidden": hidden, "threads": torch.get_num_threads(),
-                          "one_by_one_ms": round(loop_ms, 2), "stacked_ms": round(stacked_ms, 2),
-                          "one_agent_ms": round(single, 2), "stacked_vs_one_agent": round(stacked_ms / single, 2),
-                          "one_by_one_vs_one_agent": round(loop_ms / single, 2)}), flush=True)
+        _print_learn_case("PPO", pop, batch_size, hidden, loop_ms, stacked_ms, single, digits=2)
 
 
 def bench_train(manifest: str, pops: list[int], batching: list[bool], overrides: list[str]) -> None:

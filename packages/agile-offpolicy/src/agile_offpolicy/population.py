@@ -16,10 +16,15 @@ import numpy as np
 from gymnasium.vector import VectorEnv
 
 from agile_core.networks.stacked import structure_key
-from agile_core.training import EpisodeTracker, EpsilonSchedule, swap_image_channels
+from agile_core.training import EpsilonSchedule, swap_image_channels
 from agile_core.training.evaluation import evaluate_population_batched
 from agile_core.training.generations import PhaseResult
-from agile_core.training.population import agent_rows, all_stackable, group_by_architecture
+from agile_core.training.population import (
+    agent_rows,
+    all_stackable,
+    group_by_architecture,
+    start_population_phase,
+)
 from agile_core.training.profiling import PROFILER
 from agile_offpolicy.buffers import ReplayBuffer
 from agile_offpolicy.dqn import DQN
@@ -58,14 +63,9 @@ def collect_and_learn_population(population: list[DQN], env: VectorEnv, memory: 
     (the population env); the batched counterpart of the one-agent phase in ``training.py``,
     with the same learn-credit and warm-up rules per agent."""
     agents = len(population)
-    num_envs = env.num_envs // agents
+    num_envs, tracker, obs, info = start_population_phase(env, agents, swap_channels)
     results = [PhaseResult(vector_steps=0) for _ in population]
-    tracker = EpisodeTracker(env.num_envs)
     groups = make_groups(population)
-    with PROFILER.env:
-        obs, info = env.reset()
-    if swap_channels:
-        obs = swap_image_channels(obs)
     steps = 0
     try:
         while steps < vector_steps and not should_stop():

@@ -29,7 +29,12 @@ from agile_core.networks.stacked import NotStackableError
 from agile_core.training import EpisodeTracker, swap_image_channels
 from agile_core.training.evaluation import evaluate_population_batched
 from agile_core.training.generations import PhaseResult
-from agile_core.training.population import agent_rows, all_stackable, group_by_architecture
+from agile_core.training.population import (
+    agent_rows,
+    all_stackable,
+    group_by_architecture,
+    start_population_phase,
+)
 from agile_core.training.profiling import PROFILER
 from agile_onpolicy.ppo import PPO
 from agile_onpolicy.ppo_population import PPOGroup, group_key
@@ -171,15 +176,9 @@ def collect_and_learn_population(population: list[PPO], env: VectorEnv, buffers:
     has collected and learnt from whole rollouts covering `vector_steps` vector steps (or a stop
     was requested); `buffers` holds each agent's rollout buffer for ``env.num_envs // agents``
     sub-envs. Returns one PhaseResult per agent, as the agent-by-agent phase reports it."""
-    agents = len(population)
-    num_envs = env.num_envs // agents
+    num_envs, tracker, obs, info = start_population_phase(env, len(population), swap_channels)
     state = _Collector(population, buffers, vector_steps)
-    tracker = EpisodeTracker(env.num_envs)
     groups = make_groups(population)
-    with PROFILER.env:
-        obs, info = env.reset()
-    if swap_channels:
-        obs = swap_image_channels(obs)
     try:
         collecting = state.collecting()
         while any(collecting):

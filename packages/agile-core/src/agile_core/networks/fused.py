@@ -31,6 +31,7 @@ from agile_core.networks.stacked import (
     StackedDenseBlock,
     StackedLayerNorm,
     StackedLinear,
+    normalise_member_units,
 )
 
 __all__ = ["ACTIVATIONS", "FusedMLPChain", "Tape"]
@@ -180,7 +181,7 @@ class FusedMLPChain:
                 normalised, mean, rstd = _normalise_rows(h, layer.norm_eps)
             else:
                 assert layer.unit_counts is not None and layer.unit_eps is not None
-                normalised, mean, rstd = _normalise_masked_rows(h, layer.unit_eps, layer.unit_mask, layer.unit_counts)
+                normalised, mean, rstd = normalise_member_units(h, layer.unit_mask, layer.unit_counts, layer.unit_eps)
             assert layer.norm_weight is not None
             a = normalised * layer.norm_weight if layer.norm_bias is None else \
                 torch.addcmul(layer.norm_bias, normalised, layer.norm_weight)
@@ -254,20 +255,11 @@ def _normalise_rows(h: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Te
     return normalised.view(h.shape), mean.view(members, rows, 1), rstd.view(members, rows, 1)
 
 
-def _normalise_masked_rows(h: torch.Tensor, eps: torch.Tensor, mask: torch.Tensor,
-                           counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """:func:`_normalise_rows` of zero-padded members: over each member's own units (`mask`
-    ``[P, 1, n]``, `counts` ``[P, 1, 1]``) with its own `eps` ``[P, 1, 1]``; padding comes out zero."""
-    mean = (h * mask).sum(dim=-1, keepdim=True) / counts
-    centered = (h - mean) * mask
-    rstd = torch.rsqrt(centered.square().sum(dim=-1, keepdim=True) / counts + eps)
-    return centered * rstd, mean, rstd
-
-
 def _masked_rows_backward(grad: torch.Tensor, normalised: torch.Tensor, rstd: torch.Tensor, mask: torch.Tensor,
                           counts: torch.Tensor) -> torch.Tensor:
-    """The input gradient of :func:`_normalise_masked_rows` given the gradient of its output:
-    ``rstd * (g - mean(g) - y * mean(g * y))`` over each member's own units, zero on padding."""
+    """The input gradient of :func:`~agile_core.networks.stacked.normalise_member_units` given the
+    gradient of its output: ``rstd * (g - mean(g) - y * mean(g * y))`` over each member's own
+    units, zero on padding."""
     grad = grad * mask
     mean_grad = grad.sum(dim=-1, keepdim=True) / counts
     mean_projection = (grad * normalised).sum(dim=-1, keepdim=True) / counts

@@ -39,11 +39,11 @@ __all__ = [
     "StackedDenseBlock",
     "StackedLayerNorm",
     "StackedLinear",
-    "architecture_key",
     "copy_to_members",
     "corner",
     "member_layout",
     "member_parameters",
+    "normalise_member_units",
     "padding_mask",
     "stack_modules",
     "structure_key",
@@ -53,13 +53,6 @@ __all__ = [
 class NotStackableError(TypeError):
     """The networks cannot run as one stacked computation (different architectures, or a layer
     type without a population version)."""
-
-
-def architecture_key(module: nn.Module) -> str:
-    """A string equal for two networks exactly when they can be stacked together."""
-    if isinstance(module, EvolvableModule):
-        return f"{type(module).__qualname__}:{json.dumps(module.config, sort_keys=True, default=str)}"
-    raise NotStackableError(f"{type(module).__name__} is not an EvolvableModule")
 
 
 SIZE_KEYS = frozenset({"num_inputs", "num_outputs", "latent_dim", "input_shape", "hidden_size", "norm_eps",
@@ -183,15 +176,22 @@ class StackedLayerNorm(nn.Module):
         if self.unit_mask is None:
             normalised = F.layer_norm(x, self.normalized_shape, eps=self.eps)
         else:  # each member's own units only (padding is zero in and out)
-            assert self.unit_counts is not None
-            mean = (x * self.unit_mask).sum(dim=-1, keepdim=True) / self.unit_counts
-            centered = (x - mean) * self.unit_mask
-            variance = centered.square().sum(dim=-1, keepdim=True) / self.unit_counts
-            assert self.unit_eps is not None
-            normalised = centered * torch.rsqrt(variance + self.unit_eps)
+            assert self.unit_counts is not None and self.unit_eps is not None
+            normalised = normalise_member_units(x, self.unit_mask, self.unit_counts, self.unit_eps)[0]
         if self.bias is None:
             return normalised * self.weight
         return torch.addcmul(self.bias, normalised, self.weight)
+
+
+def normalise_member_units(x: torch.Tensor, mask: torch.Tensor, counts: torch.Tensor,
+                           eps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Layer norm without affine of zero-padded members ``[P, rows, n]``, over each member's own
+    units (`mask` ``[P, 1, n]``, `counts` ``[P, 1, 1]``) with its own `eps` ``[P, 1, 1]``:
+    ``(normalised, mean, rstd)``, the last two ``[P, rows, 1]``; padding comes out zero."""
+    mean = (x * mask).sum(dim=-1, keepdim=True) / counts
+    centered = (x - mean) * mask
+    rstd = torch.rsqrt(centered.square().sum(dim=-1, keepdim=True) / counts + eps)
+    return centered * rstd, mean, rstd
 
 
 class StackedDenseBlock(nn.Module):

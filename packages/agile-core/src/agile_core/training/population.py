@@ -16,8 +16,11 @@ from typing import Any, TypeVar
 import numpy as np
 
 from agile_core.networks.stacked import NotStackableError
+from agile_core.training.envs import swap_image_channels
+from agile_core.training.episodes import EpisodeTracker
+from agile_core.training.profiling import PROFILER
 
-__all__ = ["agent_rows", "all_stackable", "group_by_architecture", "pad_index_batches"]
+__all__ = ["agent_rows", "all_stackable", "group_by_architecture", "pad_index_batches", "start_population_phase"]
 
 GroupT = TypeVar("GroupT")
 
@@ -71,3 +74,13 @@ def pad_index_batches(indices: Sequence[np.ndarray]) -> tuple[np.ndarray, np.nda
             padded[row, :size] = idx.reshape(-1)
             weights[row, :size] = 1.0 / size
     return padded, weights
+
+
+def start_population_phase(env: Any, agents: int, swap_channels: bool) -> tuple[int, EpisodeTracker, Any, dict[str, Any]]:
+    """Begin a batched phase in the population env: ``(sub-envs per agent, an episode tracker
+    over every sub-env, first observations, first info)`` from a reset of `env`."""
+    with PROFILER.env:
+        obs, info = env.reset()
+    if swap_channels:
+        obs = swap_image_channels(obs)
+    return env.num_envs // agents, EpisodeTracker(env.num_envs), obs, info
