@@ -131,11 +131,11 @@ class DQNGroup:
         self.optimizer.mask_padding()
         if self.max_grad_norm is not None:
             clip_flat_grad_norm(self.optimizer.flat, self.max_grad_norm)
-        mask = torch.as_tensor(np.asarray(active, dtype=bool))
-        all_active = bool(mask.all())
-        self.optimizer.step(None if all_active else mask)
+        all_active = all(active)
+        self.optimizer.step(None if all_active else active)
         with torch.no_grad():  # target <- tau * online + (1 - tau) * target, idle members unchanged
-            weight = self.tau if all_active else self.tau * mask.to(self.tau).unsqueeze(1)
+            weight = self.tau if all_active else \
+                self.tau * torch.tensor(active, dtype=self.tau.dtype, device=self.device).unsqueeze(1)
             self.target_flat.data.lerp_(self.optimizer.parameters, weight)
         values = losses.tolist()
         result: list[float | None] = []

@@ -37,6 +37,7 @@ from agile_core.networks.stacked import (
 __all__ = ["ACTIVATIONS", "FusedMLPChain", "Tape"]
 
 aten = torch.ops.aten
+_LAYER_NORM_BACKWARD = aten.native_layer_norm_backward.default
 Backward = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 """``(grad_output, input, output) -> grad_input`` of an activation."""
 
@@ -53,23 +54,23 @@ def _activation(module: nn.Module) -> _Activation:
     if kind is nn.Identity:
         return _Activation(lambda x: x, None)
     if kind is nn.ReLU:
-        return _Activation(torch.relu, lambda g, x, y: aten.threshold_backward(g, y, 0))
+        return _Activation(torch.relu, lambda g, x, y: aten.threshold_backward.default(g, y, 0))
     if kind is nn.Tanh:
-        return _Activation(torch.tanh, lambda g, x, y: aten.tanh_backward(g, y))
+        return _Activation(torch.tanh, lambda g, x, y: aten.tanh_backward.default(g, y))
     if kind is nn.Sigmoid:
-        return _Activation(torch.sigmoid, lambda g, x, y: aten.sigmoid_backward(g, y))
+        return _Activation(torch.sigmoid, lambda g, x, y: aten.sigmoid_backward.default(g, y))
     if kind is nn.GELU and isinstance(module, nn.GELU):
         approximate = str(module.approximate)
-        return _Activation(lambda x: aten.gelu(x, approximate=approximate),
-                           lambda g, x, y: aten.gelu_backward(g, x, approximate=approximate))
+        return _Activation(lambda x: aten.gelu.default(x, approximate=approximate),
+                           lambda g, x, y: aten.gelu_backward.default(g, x, approximate=approximate))
     if kind is nn.ELU and isinstance(module, nn.ELU):
         alpha = float(module.alpha)
-        return _Activation(lambda x: aten.elu(x, alpha),
-                           lambda g, x, y: aten.elu_backward(g, alpha, 1, 1, False, x))
+        return _Activation(lambda x: aten.elu.default(x, alpha),
+                           lambda g, x, y: aten.elu_backward.default(g, alpha, 1, 1, False, x))
     if kind is nn.LeakyReLU and isinstance(module, nn.LeakyReLU):
         slope = float(module.negative_slope)
-        return _Activation(lambda x: aten.leaky_relu(x, slope),
-                           lambda g, x, y: aten.leaky_relu_backward(g, x, slope, False))
+        return _Activation(lambda x: aten.leaky_relu.default(x, slope),
+                           lambda g, x, y: aten.leaky_relu_backward.default(g, x, slope, False))
     raise NotStackableError(f"{kind.__name__} has no fused version")
 
 
@@ -84,7 +85,7 @@ class _Layer:
     Holds the stacked parameters themselves (not their modules), so the hot loops skip
     ``nn.Module`` attribute lookups; the parameters are updated in place by the optimizer."""
 
-    weight: torch.Tensor  # [P, in, out]
+    weight: torch.Tensor  # [P, out, in], read transposed (see StackedLinear)
     bias: torch.Tensor | None  # [P, 1, out]
     norm_shape: list[int] | None  # None: no LayerNorm
     norm_eps: float
@@ -173,7 +174,8 @@ class FusedMLPChain:
 
     @staticmethod
     def _layer_forward(layer: _Layer, x: torch.Tensor, tape: Tape | None) -> torch.Tensor:
-        h = torch.bmm(x, layer.weight) if layer.bias is None else torch.baddbmm(layer.bias, x, layer.weight)
+        weight = layer.weight.transpose(1, 2)
+        h = torch.bmm(x, weight) if layer.bias is None else torch.baddbmm(layer.bias, x, weight)
         normalised = mean = rstd = None
         a = h
         if layer.norm_shape is not None:
@@ -209,38 +211,46 @@ class FusedMLPChain:
     @staticmethod
     def _layer_backward(layer: _Layer, saved: _Saved, grad: torch.Tensor, rows: int | None,
                         need_input_grad: bool) -> torch.Tensor:
-        if rows is not None:  # only the first `rows` forward rows take part
-            saved = _Saved(*(None if t is None else t[:, :rows] for t in vars(saved).values()))  # type: ignore[arg-type]
-        x = saved.inputs
+        def part(tensor: torch.Tensor) -> torch.Tensor:  # only the first `rows` forward rows take part
+            return tensor if rows is None else tensor[:, :rows]
+
         shortcut_grad = None
         if layer.shortcut is not None and layer.gate is not None:  # out = x @ shortcut + gate * y
-            _accumulate(layer.gate, (grad * saved.output).sum(dim=(1, 2), keepdim=True))
+            _accumulate(layer.gate, (grad * part(saved.output)).sum(dim=(1, 2), keepdim=True))
             if need_input_grad:
                 shortcut_grad = torch.bmm(grad, layer.shortcut.transpose(1, 2))
             grad = grad * layer.gate
         if layer.activation.backward is not None:
-            grad = layer.activation.backward(grad, saved.pre_activation, saved.output)
+            grad = layer.activation.backward(grad, part(saved.pre_activation), part(saved.output))
         if layer.norm_shape is not None:
             assert saved.normalised is not None and saved.mean is not None and saved.rstd is not None
             assert layer.norm_weight is not None
-            _accumulate(layer.norm_weight, (grad * saved.normalised).sum(dim=1, keepdim=True))
+            normalised = part(saved.normalised)
+            _accumulate(layer.norm_weight, (grad * normalised).sum(dim=1, keepdim=True))
             if layer.norm_bias is not None:
                 _accumulate(layer.norm_bias, grad.sum(dim=1, keepdim=True))
             if layer.unit_mask is None:
                 # The kernel reads its inputs as dense row blocks: row slices must be made contiguous.
-                grad = aten.native_layer_norm_backward(grad * layer.norm_weight, saved.pre_norm.contiguous(),
-                                                       layer.norm_shape, saved.mean.contiguous(),
-                                                       saved.rstd.contiguous(), None, None, [True, False, False])[0]
+                grad = _LAYER_NORM_BACKWARD(grad * layer.norm_weight, part(saved.pre_norm).contiguous(),
+                                            layer.norm_shape, part(saved.mean).contiguous(),
+                                            part(saved.rstd).contiguous(), None, None, [True, False, False])[0]
             else:
                 assert layer.unit_counts is not None
-                grad = _masked_rows_backward(grad * layer.norm_weight, saved.normalised, saved.rstd, layer.unit_mask,
+                grad = _masked_rows_backward(grad * layer.norm_weight, normalised, part(saved.rstd), layer.unit_mask,
                                              layer.unit_counts)
-        _accumulate(layer.weight, torch.bmm(x.transpose(1, 2), grad))
+        x = part(saved.inputs)
+        # The weight gradient [out, in] as whichever product has the wider output: the batched
+        # matmul kernel is slow when its output is narrow (an input layer's few features).
+        out_features, in_features = layer.weight.shape[1:]
+        if in_features < out_features:
+            _accumulate(layer.weight, torch.bmm(x.transpose(1, 2), grad).transpose(1, 2))
+        else:
+            _accumulate(layer.weight, torch.bmm(grad.transpose(1, 2), x))
         if layer.bias is not None:
             _accumulate(layer.bias, grad.sum(dim=1, keepdim=True))
         if not need_input_grad:
             return grad
-        input_grad = torch.bmm(grad, layer.weight.transpose(1, 2))
+        input_grad = torch.bmm(grad, layer.weight)
         return input_grad if shortcut_grad is None else input_grad + shortcut_grad
 
 
@@ -250,7 +260,7 @@ def _normalise_rows(h: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Te
     group per row, whose CPU kernel is about twice as fast as layer norm's at these sizes."""
     members, rows, width = h.shape
     count = members * rows
-    normalised, mean, rstd = aten.native_group_norm(h.reshape(1, count, width), None, None, 1, count, width,
+    normalised, mean, rstd = torch.native_group_norm(h.reshape(1, count, width), None, None, 1, count, width,
                                                     count, eps)
     return normalised.view(h.shape), mean.view(members, rows, 1), rstd.view(members, rows, 1)
 
@@ -269,6 +279,6 @@ def _masked_rows_backward(grad: torch.Tensor, normalised: torch.Tensor, rstd: to
 def _accumulate(param: torch.Tensor, grad: torch.Tensor) -> None:
     """``param.grad += grad`` in place (as autograd accumulates), creating it when missing."""
     if param.grad is None:
-        param.grad = grad.clone()
+        param.grad = grad.clone(memory_format=torch.contiguous_format)
     else:
         param.grad.add_(grad)

@@ -77,6 +77,13 @@ class StackedAdam:
                     self.flat.slice(self.exp_avg_sq, index)[member][region] = state["exp_avg_sq"]
                     # One optimizer, one param group: every tensor of a member has the same step.
                     self.step_count[member] = float(state["step"])
+        # Row views per member for the fused kernel; steps as float32 tensors, as torch.optim keeps them.
+        self.steps = torch.from_numpy(self.step_count.astype(np.float32)).to(self.flat.data.device)
+        self.step_views = list(self.steps.unbind(0))
+        self.param_rows = list(self.flat.data.unbind(0))
+        self.grad_rows = list(self.grad.unbind(0))
+        self.exp_avg_rows = list(self.exp_avg.unbind(0))
+        self.exp_avg_sq_rows = list(self.exp_avg_sq.unbind(0))
 
     @property
     def parameters(self) -> torch.Tensor:
@@ -99,32 +106,24 @@ class StackedAdam:
         if self.padding is not None:
             self.grad.mul_(self.padding)
 
-    def step(self, active: torch.Tensor | None = None) -> None:
+    def step(self, active: torch.Tensor | Sequence[bool] | None = None) -> None:
         """One Adam update from the stacked gradients for the `active` members (bool ``[P]``; all when None).
 
-        Idle members' parameters and moments are left exactly as they were."""
-        grad, param = self.grad, self.flat.data
-        if active is not None and bool(active.all()):
-            active = None
-        active_cpu = None if active is None else active.to("cpu", torch.bool)
-        self.step_count += 1.0 if active_cpu is None else active_cpu.numpy()
-        step = np.maximum(self.step_count, 1.0)
-        scalars = np.stack([self.lr / (1 - self.beta1 ** step), np.sqrt(1 - self.beta2 ** step)], axis=1)
-        scalars_t = torch.from_numpy(scalars.astype(np.float32)).to(param.device)
-        step_size, correction = scalars_t[:, :1], scalars_t[:, 1:]
+        Each member's row is updated in place by PyTorch's fused Adam kernel with the member's own
+        learning rate and step count (one kernel per member, no temporaries). Idle members'
+        parameters and moments are left exactly as they were."""
+        flags = [True] * len(self.optimizers) if active is None else \
+            (active.tolist() if isinstance(active, torch.Tensor) else list(active))
+        self.step_count += np.asarray(flags, dtype=np.float64)
+        self.steps.copy_(torch.from_numpy(self.step_count))
         with torch.no_grad():
-            if active_cpu is None:
-                self.exp_avg.lerp_(grad, 1 - self.beta1)
-                self.exp_avg_sq.mul_(self.beta2).addcmul_(grad, grad, value=1 - self.beta2)
-                denom = (self.exp_avg_sq.sqrt() / correction).add_(self.eps)
-                param.sub_(self.exp_avg / denom * step_size)
-                return
-            keep = active_cpu.to(param.device).unsqueeze(1)
-            self.exp_avg.copy_(torch.where(keep, self.exp_avg.lerp(grad, 1 - self.beta1), self.exp_avg))
-            self.exp_avg_sq.copy_(torch.where(keep, self.exp_avg_sq * self.beta2 + (1 - self.beta2) * grad * grad,
-                                              self.exp_avg_sq))
-            denom = (self.exp_avg_sq.sqrt() / correction).add_(self.eps)
-            param.sub_(torch.where(keep, self.exp_avg / denom * step_size, 0.0))
+            for member, on in enumerate(flags):
+                if on:
+                    torch._fused_adam_(
+                        [self.param_rows[member]], [self.grad_rows[member]], [self.exp_avg_rows[member]],
+                        [self.exp_avg_sq_rows[member]], [], [self.step_views[member]], lr=float(self.lr[member]),
+                        beta1=self.beta1, beta2=self.beta2, weight_decay=0.0, eps=self.eps, amsgrad=False,
+                        maximize=False)
 
     def copy_to_members(self) -> None:
         """Write moments and step counts back into each member's ``torch.optim.Adam`` state."""
