@@ -168,7 +168,7 @@ class DQNGroup:
         q_taken = q.gather(-1, actions).squeeze(-1)
         losses = (F.smooth_l1_loss(q_taken, td_target, reduction="none") * weights).sum(dim=1)
         # d losses.sum() / d q_taken is the smooth L1 derivative times each row's weight
-        row_grads = torch.ops.aten.smooth_l1_loss_backward(weights, q_taken, td_target, 0, 1.0)
+        row_grads = torch.ops.aten.smooth_l1_loss_backward.default(weights, q_taken, td_target, 0, 1.0)
         q_grads = torch.zeros_like(q).scatter_(-1, actions, row_grads.unsqueeze(-1))
         self.chain.backward(tape, q_grads, rows if self.double else None)
         return losses

@@ -10,6 +10,7 @@ import numpy as np
 from gymnasium.vector import VectorEnv
 
 from agile_core.training.envs import as_vector_env, swap_image_channels
+from agile_core.training.profiling import PROFILER
 
 ActFn = Callable[[Any, dict[str, Any]], Any]
 """``act(obs, info) -> actions``: batched actions for batched observations (and the step's info)."""
@@ -54,13 +55,16 @@ def episode_returns(
     vec = as_vector_env(env)
     returns = np.zeros((loop, vec.num_envs), dtype=np.float64)
     for round_index in range(loop):
-        obs, info = vec.reset(seed=seed if round_index == 0 else None)
+        with PROFILER.env:
+            obs, info = vec.reset(seed=seed if round_index == 0 else None)
         episode_return = returns[round_index]
         finished = np.zeros(vec.num_envs, dtype=bool)
         steps = 0
         while not finished.all():
-            actions = act(swap_image_channels(obs) if swap_channels else obs, info)
-            obs, reward, terminated, truncated, info = vec.step(actions)
+            with PROFILER.act:
+                actions = act(swap_image_channels(obs) if swap_channels else obs, info)
+            with PROFILER.env:
+                obs, reward, terminated, truncated, info = vec.step(actions)
             steps += 1
             episode_return += np.where(finished, 0.0, np.asarray(reward, dtype=np.float64))
             finished |= np.asarray(terminated, dtype=bool) | np.asarray(truncated, dtype=bool)

@@ -4,7 +4,9 @@ The loops time their parts with ``with PROFILER.env: ...`` (env stepping), ``PRO
 (choosing actions), ``PROFILER.sample`` (drawing batches), ``PROFILER.learn`` (gradient steps),
 ``PROFILER.evaluate``, ``PROFILER.evolve`` (selection and mutation), ``PROFILER.checkpoint``,
 ``PROFILER.log`` and ``PROFILER.setup`` (building the env, agents and their optimizers, with the
-imports they trigger). Each section also counts its calls. Everything else inside :meth:`Profiler.run` is *other* (the framework's own
+imports they trigger). Sections nest exclusively: the env steps and actions of an evaluation
+count as ``env`` and ``act``, and ``evaluate`` keeps only the rest. Each section also counts its
+calls. Everything else inside :meth:`Profiler.run` is *other* (the framework's own
 bookkeeping). Disabled (the default), a section costs one attribute check. ``agile train
 --profile`` enables it and prints :meth:`Profiler.table`.
 """
@@ -26,7 +28,7 @@ SECTION_HELP = {
     "act": "choosing actions (network forward, exploration)",
     "sample": "drawing batches from buffers",
     "learn": "gradient steps (forward, backward, optimizer)",
-    "evaluate": "greedy evaluation episodes",
+    "evaluate": "greedy evaluation episodes, less their env steps and actions (counted above)",
     "evolve": "selection and mutation",
     "checkpoint": "checkpoints and elite saving",
     "log": "metrics, progress bar, tables",
@@ -36,26 +38,42 @@ SECTION_HELP = {
 
 
 class _Section:
-    """A reusable timer: nested use of the same section counts the outer one only."""
+    """A reusable timer of *exclusive* time: while another section runs inside it (env steps
+    inside an evaluation), that time goes to the inner section only, so the sections and
+    ``other`` add up to the wall time. ``inclusive`` keeps the time with inner sections counted.
+    Nested use of the same section counts the outer one only."""
 
-    __slots__ = ("calls", "depth", "name", "owner", "start", "total")
+    __slots__ = ("calls", "depth", "entered", "inclusive", "name", "owner", "start", "total")
 
     def __init__(self, owner: Profiler, name: str) -> None:
         self.owner, self.name = owner, name
-        self.total, self.start, self.depth, self.calls = 0.0, 0.0, 0, 0
+        self.total, self.inclusive, self.start, self.entered, self.depth, self.calls = 0.0, 0.0, 0.0, 0.0, 0, 0
 
     def __enter__(self) -> None:
-        if self.owner.enabled:
+        owner = self.owner
+        if owner.enabled:
             if self.depth == 0:
-                self.start = time.perf_counter()
+                now = time.perf_counter()
+                if owner.stack:  # pause the enclosing section
+                    outer = owner.stack[-1]
+                    outer.total += now - outer.start
+                owner.stack.append(self)
+                self.start = self.entered = now
                 self.calls += 1
             self.depth += 1
 
     def __exit__(self, *exc: Any) -> None:
-        if self.owner.enabled and self.depth:
+        owner = self.owner
+        if owner.enabled and self.depth:
             self.depth -= 1
             if self.depth == 0:
-                self.total += time.perf_counter() - self.start
+                now = time.perf_counter()
+                self.total += now - self.start
+                self.inclusive += now - self.entered
+                if owner.stack and owner.stack[-1] is self:
+                    owner.stack.pop()
+                    if owner.stack:  # resume the enclosing section
+                        owner.stack[-1].start = now
 
 
 class Profiler:
@@ -74,15 +92,17 @@ class Profiler:
     def __init__(self) -> None:
         self.enabled = False
         self.wall = 0.0
+        self.stack: list[_Section] = []
         for name in SECTIONS:
             setattr(self, name, _Section(self, name))
 
     def reset(self) -> None:
         """Zero every timer."""
         self.wall = 0.0
+        self.stack.clear()
         for name in SECTIONS:
             section: _Section = getattr(self, name)
-            section.total, section.depth, section.calls = 0.0, 0, 0
+            section.total, section.inclusive, section.depth, section.calls = 0.0, 0.0, 0, 0
 
     @contextmanager
     def run(self) -> Iterator[Profiler]:
@@ -97,8 +117,10 @@ class Profiler:
             self.enabled = False
 
     def summary(self) -> dict[str, dict[str, float]]:
-        """``{section: {"seconds": s, "share": fraction of wall, "calls": n}}`` including ``other``
-        and ``total`` (which have no call count)."""
+        """``{section: {"seconds": s, "share": fraction of wall, "calls": n, "inclusive_seconds": s}}``
+        including ``other`` and ``total`` (which have neither calls nor inclusive time).
+        ``seconds`` is exclusive: env steps and actions inside an evaluation count as ``env`` and
+        ``act``, and ``evaluate`` keeps the rest (its ``inclusive_seconds`` is the whole evaluation)."""
         totals = {name: getattr(self, name).total for name in SECTIONS}
         totals["other"] = max(0.0, self.wall - sum(totals.values()))
         wall = self.wall or 1.0
@@ -106,6 +128,7 @@ class Profiler:
             name: {"seconds": round(value, 4), "share": round(value / wall, 4)} for name, value in totals.items()}
         for name in SECTIONS:
             result[name]["calls"] = getattr(self, name).calls
+            result[name]["inclusive_seconds"] = round(getattr(self, name).inclusive, 4)
         result["total"] = {"seconds": round(self.wall, 4), "share": 1.0}
         return result
 
