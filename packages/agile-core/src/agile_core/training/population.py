@@ -66,6 +66,9 @@ def pad_index_batches(indices: Sequence[np.ndarray]) -> tuple[np.ndarray, np.nda
     width = max(sizes)
     if width == 0:
         raise ValueError("every index batch is empty")
+    if min(sizes) == width:  # the common case: every member active with the same batch size
+        return (np.stack([idx.reshape(-1) for idx in indices]).astype(np.int64, copy=False),
+                np.full((len(indices), width), 1.0 / width, dtype=np.float32))
     fill = next(idx.reshape(-1)[0] for idx in indices if idx.size)
     padded = np.full((len(indices), width), fill, dtype=np.int64)
     weights = np.zeros((len(indices), width), dtype=np.float32)
