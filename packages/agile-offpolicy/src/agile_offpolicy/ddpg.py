@@ -318,13 +318,22 @@ class DDPG(SingleAgentAlgorithm):
             action = self.actor(self._observation(obs)).reshape(-1, *self.action_shape)
         actions = action.cpu().numpy().astype(np.float64)
         if training:
-            rows = actions.shape[0]
-            actions = actions + self._exploration_noise(rows) * (self.action_high - self.action_low) / 2
-            actions = np.clip(actions, self.action_low, self.action_high)
-            if epsilon:
-                explore = self.rng.random(rows) < epsilon
-                uniform = self.rng.uniform(self.action_low, self.action_high, size=actions.shape)
-                actions = np.where(explore.reshape(rows, *[1] * len(self.action_shape)), uniform, actions)
+            return self.explore(actions, epsilon)
+        return actions.astype(self.action_space.dtype, copy=False)
+
+    def explore(self, actions: np.ndarray, epsilon: float | None = None) -> np.ndarray:
+        """The training branch of :meth:`get_action` for the actor's actions ``[rows, *action_shape]``
+        (float64): add exploration noise, clip, and replace each row by a uniform action with
+        probability `epsilon`; draws from the agent's noise process and ``rng`` exactly as
+        :meth:`get_action` does. The population-batched loop computes every agent's actions at
+        once and calls this per agent."""
+        rows = actions.shape[0]
+        actions = actions + self._exploration_noise(rows) * (self.action_high - self.action_low) / 2
+        actions = np.clip(actions, self.action_low, self.action_high)
+        if epsilon:
+            replace = np.asarray(self.rng.random(rows) < epsilon)
+            uniform = self.rng.uniform(self.action_low, self.action_high, size=actions.shape)
+            actions = np.where(replace.reshape(rows, *[1] * len(self.action_shape)), uniform, actions)
         return actions.astype(self.action_space.dtype, copy=False)
 
     def _exploration_noise(self, rows: int) -> np.ndarray:

@@ -29,9 +29,9 @@ from agile_core.networks.stacked import (
     stack_modules,
 )
 from agile_core.networks.stacked_adam import StackedAdam, clip_flat_grad_norm
-from agile_core.training.population import pad_index_batches
 from agile_offpolicy.buffers import ReplayBuffer
 from agile_offpolicy.dqn import DQN
+from agile_offpolicy.stacked_group import finish_learning_step, sample_padded, soft_update_flat
 
 __all__ = ["DQNGroup"]
 
@@ -89,9 +89,12 @@ class DQNGroup:
         with torch.no_grad():
             return self.actor(self._inputs(obs))
 
-    def act(self, obs: Any, epsilons: Sequence[float], action_masks: Any = None) -> np.ndarray:
-        """Epsilon-greedy actions ``[P * rows]`` for observations ``[P * rows, ...]`` (member-major)."""
+    def act(self, obs: Any, epsilons: Sequence[float], action_masks: Any = None, training: bool = True) -> np.ndarray:
+        """Epsilon-greedy actions ``[P * rows]`` for observations ``[P * rows, ...]`` (member-major);
+        without `training`, epsilon is 0 (greedy) for every member."""
         members = len(self.members)
+        if not training:
+            epsilons = [0.0] * members
         obs_tensor = torch.as_tensor(np.asarray(obs), device=self.device)
         q_values = self.q_values(obs_tensor.reshape(members, -1, *obs_tensor.shape[1:]))
         if action_masks is not None:
@@ -107,14 +110,7 @@ class DQNGroup:
         """One batch per active member, drawn with the member's own RNG exactly as the one-by-one
         loop draws it, gathered in one call and laid out ``[P, max_batch, ...]`` (padded rows
         repeat row 0 and carry zero loss weight)."""
-        indices = [memory.sample_indices(m.batch_size, getattr(m, "rng", None)) if on else np.zeros(0, dtype=np.int64)
-                   for m, on in zip(self.members, active, strict=True)]
-        padded, weights = pad_index_batches(indices)
-        batch = memory.sample_from_indices(padded.reshape(-1))
-        shape = padded.shape
-        obs, action, reward, next_obs, done = (
-            _unflatten(field, shape) for field in (batch.obs, batch.action, batch.reward, batch.next_obs, batch.done))
-        return obs, action, reward, next_obs, done, torch.as_tensor(weights, device=self.device)
+        return sample_padded(memory, self.members, active, self.device)
 
     def learn(self, batch: tuple[Any, ...], active: Sequence[bool]) -> list[float | None]:
         """One gradient step for every active member; return each member's loss (None if idle)."""
@@ -131,19 +127,9 @@ class DQNGroup:
         self.optimizer.mask_padding()
         if self.max_grad_norm is not None:
             clip_flat_grad_norm(self.optimizer.flat, self.max_grad_norm)
-        all_active = all(active)
-        self.optimizer.step(None if all_active else active)
-        with torch.no_grad():  # target <- tau * online + (1 - tau) * target, idle members unchanged
-            weight = self.tau if all_active else \
-                self.tau * torch.tensor(active, dtype=self.tau.dtype, device=self.device).unsqueeze(1)
-            self.target_flat.data.lerp_(self.optimizer.parameters, weight)
-        values = losses.tolist()
-        result: list[float | None] = []
-        for member, on, value in zip(self.members, active, values, strict=True):
-            if on:
-                member.learn_counter += 1
-            result.append(float(value) if on else None)
-        return result
+        self.optimizer.step(None if all(active) else active)
+        soft_update_flat(self.target_flat, self.optimizer.parameters, self.tau, active)  # idle members unchanged
+        return finish_learning_step(self.members, active, [float(value) for value in losses.tolist()])
 
     def _td_target(self, next_q_target: torch.Tensor, chooser: torch.Tensor, rewards: torch.Tensor,
                    done: torch.Tensor) -> torch.Tensor:
@@ -198,13 +184,3 @@ def _fused_chain(network: torch.nn.Module) -> FusedMLPChain:
     if type(network) is not QNetwork or network.recurrent:
         raise NotStackableError("only feed-forward QNetworks run fused")
     return FusedMLPChain([network.encoder, network.head])
-
-
-def _unflatten(field: Any, shape: tuple[int, int]) -> Any:
-    if isinstance(field, torch.Tensor):
-        return field.reshape(*shape, *field.shape[1:])
-    if isinstance(field, dict):
-        return {key: _unflatten(value, shape) for key, value in field.items()}
-    if isinstance(field, tuple):
-        return tuple(_unflatten(value, shape) for value in field)
-    return field

@@ -1,15 +1,17 @@
 """The population-batched off-policy phase: every agent collects and learns at the same time.
 
 The population steps one vector env with ``agents x num_envs`` sub-envs (agent ``p`` owns the
-consecutive slice ``[p * num_envs, (p + 1) * num_envs)``). Agents with the same network
-structure form a :class:`~agile_offpolicy.dqn_population.DQNGroup` that acts and learns as one stacked
-computation; each agent keeps its own epsilon schedule position, learn step, batch size and
-hyperparameters. Transitions of all agents go to the shared replay memory in one call.
+consecutive slice ``[p * num_envs, (p + 1) * num_envs)``). A population of plain DQN, of plain
+DDPG or of plain TD3 agents is supported: agents with the same network structure form a group
+(:class:`~agile_offpolicy.dqn_population.DQNGroup` or
+:class:`~agile_offpolicy.ddpg_population.DDPGGroup`) that acts and learns as one stacked
+computation; each agent keeps its own epsilon schedule position, exploration noise, learn step,
+batch size and hyperparameters. Transitions of all agents go to the shared replay memory in one call.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,36 +29,66 @@ from agile_core.training.population import (
 )
 from agile_core.training.profiling import PROFILER
 from agile_offpolicy.buffers import ReplayBuffer
+from agile_offpolicy.ddpg import DDPG
+from agile_offpolicy.ddpg_population import DDPGGroup
 from agile_offpolicy.dqn import DQN
 from agile_offpolicy.dqn_population import DQNGroup
+from agile_offpolicy.td3 import TD3
 
-__all__ = ["can_batch", "collect_and_learn_population", "evaluate_batched", "make_groups"]
+__all__ = ["can_batch", "collect_and_learn_population", "evaluate_batched", "make_groups", "record_losses"]
+
+Group = DQNGroup | DDPGGroup
+GROUPS: dict[type, tuple[type[DQNGroup] | type[DDPGGroup], Callable[[Any], str]]] = {
+    DQN: (DQNGroup, lambda agent: structure_key(agent.actor)),
+    DDPG: (DDPGGroup, DDPGGroup.group_key),
+    TD3: (DDPGGroup, DDPGGroup.group_key),
+}
+"""Agent type -> (its group class, the key of agents that can share a group)."""
 
 
 def can_batch(population: Sequence[Any], memory: Any) -> bool:
-    """Whether the batched phase supports these agents (plain DQN) and this memory (uniform replay)."""
-    return type(memory) is ReplayBuffer and all_stackable(population, DQN, DQNGroup)
+    """Whether the batched phase supports these agents (all plain DQN, all plain DDPG or all plain
+    TD3, with stackable networks) and this memory (uniform replay)."""
+    if type(memory) is not ReplayBuffer or not population:
+        return False
+    kind = type(population[0])
+    return kind in GROUPS and all_stackable(population, kind, GROUPS[kind][0])
 
 
-def make_groups(population: Sequence[DQN]) -> list[tuple[list[int], DQNGroup]]:
+def make_groups(population: Sequence[Any]) -> list[tuple[list[int], Group]]:
     """Agents grouped by architecture (slot order kept within a group), each group stacked."""
-    return group_by_architecture(population, lambda agent: structure_key(agent.actor), DQNGroup)
+    build, key = GROUPS[type(population[0])]
+    return group_by_architecture(population, key, build)
 
 
-def _act(groups: list[tuple[list[int], DQNGroup]], obs: np.ndarray, epsilons: Sequence[float], num_envs: int,
-         masks: Any, agents: int) -> np.ndarray:
-    """Actions ``[agents * num_envs]`` for the population's observations."""
+def _act(groups: list[tuple[list[int], Group]], obs: np.ndarray, epsilons: Sequence[float], num_envs: int,
+         masks: Any, agents: int, training: bool = True) -> np.ndarray:
+    """Actions ``[agents * num_envs, ...]`` for the population's observations (greedy without `training`)."""
     if len(groups) == 1 and len(groups[0][0]) == agents:
-        return groups[0][1].act(obs, epsilons, masks)
-    actions = np.empty(agents * num_envs, dtype=np.int64)
+        return groups[0][1].act(obs, epsilons, masks, training=training)
+    actions: np.ndarray | None = None
     masks = None if masks is None else np.asarray(masks)
     for slots, group in groups:
         rows = agent_rows(slots, num_envs)
-        actions[rows] = group.act(obs[rows], [epsilons[slot] for slot in slots], None if masks is None else masks[rows])
+        chosen = group.act(obs[rows], [epsilons[slot] for slot in slots], None if masks is None else masks[rows],
+                           training=training)
+        if actions is None:
+            actions = np.empty((agents * num_envs, *chosen.shape[1:]), dtype=chosen.dtype)
+        actions[rows] = chosen
+    assert actions is not None
     return actions
 
 
-def collect_and_learn_population(population: list[DQN], env: VectorEnv, memory: ReplayBuffer, vector_steps: int,
+def _reset_noise(population: Sequence[Any], num_envs: int, ended: np.ndarray | None = None) -> None:
+    """Restart the exploration noise of agents that have a process (DDPG, TD3) as the one-agent
+    loop does: all of it at a phase start (`ended` None), else for each agent's ended sub-envs."""
+    for slot, agent in enumerate(population):
+        reset = getattr(agent, "reset_action_noise", None)
+        if reset is not None:
+            reset(None if ended is None else ended[slot * num_envs:(slot + 1) * num_envs])
+
+
+def collect_and_learn_population(population: list[Any], env: VectorEnv, memory: ReplayBuffer, vector_steps: int,
                                  schedule: EpsilonSchedule, learning_delay: int, learn_credit: list[int],
                                  swap_channels: bool, should_stop: Callable[[], bool]) -> list[PhaseResult]:
     """Run the whole population for up to `vector_steps` vector steps from a fresh reset of `env`
@@ -66,6 +98,9 @@ def collect_and_learn_population(population: list[DQN], env: VectorEnv, memory: 
     num_envs, tracker, obs, info = start_population_phase(env, agents, swap_channels)
     results = [PhaseResult(vector_steps=0) for _ in population]
     groups = make_groups(population)
+    noisy = any(hasattr(agent, "reset_action_noise") for agent in population)
+    if noisy:
+        _reset_noise(population, num_envs)
     steps = 0
     try:
         while steps < vector_steps and not should_stop():
@@ -78,6 +113,8 @@ def collect_and_learn_population(population: list[DQN], env: VectorEnv, memory: 
                 next_obs = swap_image_channels(next_obs)
             valid = tracker.step(reward, terminated, truncated)
             memory.add(obs, action, reward, next_obs, terminated, truncated=truncated, mask=valid)
+            if noisy:
+                _reset_noise(population, num_envs, np.asarray(terminated) | np.asarray(truncated))
             obs = next_obs
             steps += 1
             _learn(population, groups, memory, learning_delay, learn_credit, num_envs, results)
@@ -93,7 +130,7 @@ def collect_and_learn_population(population: list[DQN], env: VectorEnv, memory: 
     return results
 
 
-def _learn(population: list[DQN], groups: list[tuple[list[int], DQNGroup]], memory: ReplayBuffer,
+def _learn(population: list[Any], groups: list[tuple[list[int], Group]], memory: ReplayBuffer,
            learning_delay: int, learn_credit: list[int], num_envs: int, results: list[PhaseResult]) -> None:
     """Account one vector step per agent and run the learning steps it pays for, group by group."""
     updates = []
@@ -113,10 +150,19 @@ def _learn(population: list[DQN], groups: list[tuple[list[int], DQNGroup]], memo
                 losses = group.learn(batch, active)
             for slot, loss in zip(slots, losses, strict=True):
                 if loss is not None:
-                    results[slot].losses.setdefault("loss", []).append(loss)
+                    record_losses(results[slot].losses, loss)
 
 
-def evaluate_batched(population: list[DQN], env: VectorEnv, *, loop: int, max_steps: int | None,
+def record_losses(losses: dict[str, list[float]], value: Any) -> None:
+    """A learn step returns one loss (`loss`) or named losses (e.g. `critic`, `actor`)."""
+    if isinstance(value, Mapping):
+        for name, loss in value.items():
+            losses.setdefault(str(name), []).append(float(loss))
+    else:
+        losses.setdefault("loss", []).append(float(value))
+
+
+def evaluate_batched(population: list[Any], env: VectorEnv, *, loop: int, max_steps: int | None,
                      swap_channels: bool) -> list[float]:
     """Greedy fitness of every agent at once in the population env (appended to ``fitness``)."""
     agents = len(population)
@@ -124,7 +170,8 @@ def evaluate_batched(population: list[DQN], env: VectorEnv, *, loop: int, max_st
     groups = make_groups(population)
 
     def act(obs: Any, info: dict[str, Any]) -> np.ndarray:
-        return _act(groups, np.asarray(obs), [0.0] * agents, num_envs, info.get("action_mask"), agents)
+        return _act(groups, np.asarray(obs), [0.0] * agents, num_envs, info.get("action_mask"), agents,
+                    training=False)
 
     return evaluate_population_batched(population, env, act, loop=loop, max_steps=max_steps,
                                        swap_channels=swap_channels)

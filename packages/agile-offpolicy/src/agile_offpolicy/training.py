@@ -46,7 +46,12 @@ from agile_offpolicy.buffers import (
     ReplayBuffer,
     beta_schedule,
 )
-from agile_offpolicy.population import can_batch, collect_and_learn_population, evaluate_batched
+from agile_offpolicy.population import (
+    can_batch,
+    collect_and_learn_population,
+    evaluate_batched,
+    record_losses,
+)
 
 __all__ = ["train_off_policy"]
 
@@ -193,20 +198,11 @@ def _collect_and_learn(agent: Any, env: VectorEnv, memories: _Memories, vector_s
             for _ in range(updates):
                 with PROFILER.learn:  # sampling included: one call samples and learns
                     losses = memories.learn(agent)
-                _record_losses(result.losses, losses)
+                record_losses(result.losses, losses)
     result.episodic_returns, result.episode_lengths = tracker.pop_finished()
     if result.episodic_returns:
         agent.scores.append(float(np.mean(result.episodic_returns)))
     return result
-
-
-def _record_losses(losses: dict[str, list[float]], value: Any) -> None:
-    """A learn step returns one loss (`loss`) or named losses (e.g. `critic`, `actor`)."""
-    if isinstance(value, Mapping):
-        for name, loss in value.items():
-            losses.setdefault(str(name), []).append(float(loss))
-    else:
-        losses.setdefault("loss", []).append(float(value))
 
 
 def train_off_policy(
@@ -310,13 +306,14 @@ def train_off_policy(
         seed: Reseed the environment at fixed points (each phase and evaluation), so a seeded
             run is repeatable and a resumed run matches an uninterrupted one.
         csv_path: Also write every metric to this CSV file (``step,name,value,wall_time`` rows).
-        batch_population: Train the population at once when it can (plain DQN agents, a uniform
-            replay memory, and an env that can be widened: Gymnasium native vector envs and
-            ``SyncVectorEnv``s of fresh-env factories): one vector env with ``len(pop) *
-            num_envs`` sub-envs (agent ``i`` owns the i-th slice), and agents sharing an
-            architecture act and learn as one stacked computation, each with its own
-            hyperparameters (see :mod:`agile_offpolicy.population`). Otherwise, or when False,
-            agents train one after the other in `env`.
+        batch_population: Train the population at once when it can (all plain DQN, all plain
+            DDPG or all plain TD3 agents with stackable networks, a uniform replay memory, and an
+            env that can be widened: Gymnasium native vector envs and ``SyncVectorEnv``s of
+            fresh-env factories): one vector env with ``len(pop) * num_envs`` sub-envs (agent
+            ``i`` owns the i-th slice), and agents sharing an architecture act and learn as one
+            stacked computation, each with its own hyperparameters and exploration (see
+            :mod:`agile_offpolicy.population`). Otherwise, or when False, agents train one after
+            the other in `env`.
 
     Returns:
         The population after its last evaluation and each agent's fitness from that evaluation
