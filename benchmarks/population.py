@@ -3,6 +3,7 @@
 One JSON line per case, so runs can be compared over time:
 
     OMP_NUM_THREADS=1 uv run python benchmarks/population.py learn            # DQN learn step, pop 1/4/8
+    OMP_NUM_THREADS=1 uv run python benchmarks/population.py learn --algorithm td3   # TD3 learn step
     OMP_NUM_THREADS=1 uv run python benchmarks/population.py learn --algorithm ppo   # PPO update, pop 1/4/8
     OMP_NUM_THREADS=1 uv run python benchmarks/population.py train configs/training/dqn_cartpole.yaml \\
         --pops 1 4 8 --set training.target_score=null
@@ -10,7 +11,8 @@ One JSON line per case, so runs can be compared over time:
 
 ``learn``: milliseconds per learning step of P identical-architecture DQN agents, one by one
 (``DQN.learn`` per agent) and as one stacked computation (``DQNGroup.learn``), with the ratio to
-one agent's ``DQN.learn`` (``--algorithm ppo``: one PPO update, ``update_epochs`` passes over a
+one agent's ``DQN.learn`` (``--algorithm td3``: the same for TD3 on Pendulum-sized spaces with
+``DDPGGroup``; ``--algorithm ppo``: one PPO update, ``update_epochs`` passes over a
 1024-row rollout, ``PPO.learn`` per agent vs ``PPOGroup.learn``).
 ``train``: ``agile train --profile`` in a subprocess per (pop size,
 batching on/off); ``wall_s`` is the whole process (start-up included), ``steps_per_s`` all
@@ -67,43 +69,58 @@ def _print_learn_case(algorithm: str, pop: int, batch_size: int, hidden: int, lo
                       "one_by_one_vs_one_agent": round(loop_ms / single, 2)}), flush=True)
 
 
-def bench_learn(pops: list[int], repeats: int, batch_size: int, hidden: int) -> None:
-    """Per-step cost of P agents learning, one by one vs stacked."""
+def bench_learn(algorithm: str, pops: list[int], repeats: int, batch_size: int, hidden: int) -> None:
+    """Per-step cost of P off-policy agents (DQN on CartPole-sized spaces, TD3 on Pendulum-sized
+    ones) learning, one by one vs stacked."""
     import numpy as np
     from gymnasium import spaces
 
     from agile_offpolicy.buffers import ReplayBuffer
-    from agile_offpolicy.dqn import DQN
-    from agile_offpolicy.dqn_population import DQNGroup
+    from agile_offpolicy.population import make_groups
 
-    obs_space, act_space = spaces.Box(-1.0, 1.0, (4,), np.float32), spaces.Discrete(2)
     net = {"latent_dim": hidden, "encoder_config": {"hidden_size": [hidden]}, "head_config": {"hidden_size": [hidden]}}
-    memory = ReplayBuffer(20_000, obs_space, act_space)
     rng = np.random.default_rng(0)
     rows = 10_000
-    memory.add(rng.uniform(-1, 1, (rows, 4)).astype(np.float32), rng.integers(0, 2, rows),
-               rng.normal(size=rows).astype(np.float32), rng.uniform(-1, 1, (rows, 4)).astype(np.float32),
-               rng.random(rows) < 0.05)
+    if algorithm == "dqn":
+        from agile_offpolicy.dqn import DQN
+
+        obs_space, act_space = spaces.Box(-1.0, 1.0, (4,), np.float32), spaces.Discrete(2)
+        actions = rng.integers(0, 2, rows)
+
+        def make(seed: int) -> object:
+            return DQN(obs_space, act_space, net_config=net, seed=seed, batch_size=batch_size, lr=1e-3)
+    else:
+        from agile_offpolicy.td3 import TD3
+
+        obs_space, act_space = spaces.Box(-1.0, 1.0, (3,), np.float32), spaces.Box(-2.0, 2.0, (1,), np.float32)
+        actions = rng.uniform(-2, 2, (rows, 1)).astype(np.float32)
+
+        def make(seed: int) -> object:
+            return TD3(obs_space, act_space, net_config=net, seed=seed, batch_size=batch_size, policy_freq=2)
+    dim = obs_space.shape[0]
+    memory = ReplayBuffer(20_000, obs_space, act_space)
+    memory.add(rng.uniform(-1, 1, (rows, dim)).astype(np.float32), actions, rng.normal(size=rows).astype(np.float32),
+               rng.uniform(-1, 1, (rows, dim)).astype(np.float32), rng.random(rows) < 0.05)
 
     single: float | None = None
     for pop in pops:
-        agents = [DQN(obs_space, act_space, net_config=net, seed=i, batch_size=batch_size, lr=1e-3) for i in range(pop)]
+        agents: list = [make(i) for i in range(pop)]
 
-        def one_by_one(agents: list[DQN] = agents) -> None:
+        def one_by_one(agents: list = agents) -> None:
             for agent in agents:
                 agent.learn(memory.sample(agent.batch_size, agent.rng))
 
         loop_ms = _per_call_ms(one_by_one, 20, repeats)
-        group = DQNGroup(agents)
+        (_, group), = make_groups(agents)
         active = [True] * pop
 
-        def stacked(group: DQNGroup = group, active: list[bool] = active) -> None:
-            group.learn(group.sample(memory, active), active)
+        def stacked(group: object = group, active: list[bool] = active) -> None:
+            group.learn(group.sample(memory, active), active)  # type: ignore[attr-defined]
 
         stacked_ms = _per_call_ms(stacked, 20, repeats)
         if single is None:
             single = loop_ms / pop
-        _print_learn_case("DQN", pop, batch_size, hidden, loop_ms, stacked_ms, single, digits=3)
+        _print_learn_case(algorithm.upper(), pop, batch_size, hidden, loop_ms, stacked_ms, single, digits=3)
 
 
 def bench_learn_ppo(pops: list[int], repeats: int, batch_size: int, hidden: int) -> None:
@@ -213,10 +230,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="kind", required=True)
     learn = sub.add_parser("learn", help="DQN learn step or PPO update, one by one vs stacked")
-    learn.add_argument("--algorithm", choices=["dqn", "ppo"], default="dqn")
+    learn.add_argument("--algorithm", choices=["dqn", "td3", "ppo"], default="dqn")
     learn.add_argument("--pops", type=int, nargs="+", default=[1, 4, 8])
     learn.add_argument("--repeats", type=int, default=None, help="timed steps (default: DQN 300, PPO 5 updates)")
-    learn.add_argument("--batch-size", type=int, default=None, help="default: DQN 64, PPO 128")
+    learn.add_argument("--batch-size", type=int, default=None, help="default: DQN 64, TD3 and PPO 128")
     learn.add_argument("--hidden", type=int, default=64)
     train = sub.add_parser("train", help="whole-process agile train runs")
     train.add_argument("manifest")
@@ -231,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.kind == "learn" and args.algorithm == "ppo":
         bench_learn_ppo(args.pops, args.repeats or 5, args.batch_size or 128, args.hidden)
     elif args.kind == "learn":
-        bench_learn(args.pops, args.repeats or 300, args.batch_size or 64, args.hidden)
+        bench_learn(args.algorithm, args.pops, args.repeats or 300,
+                    args.batch_size or (64 if args.algorithm == "dqn" else 128), args.hidden)
     elif args.kind == "train":
         modes = {"on": [True], "off": [False], "both": [True, False]}[args.batching]
         bench_train(args.manifest, args.pops, modes, args.overrides)
