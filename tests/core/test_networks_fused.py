@@ -153,3 +153,30 @@ def test_members_of_different_widths_stack_padded(activation: str) -> None:
     for net, state in zip(nets, before, strict=True):
         for key, value in net.state_dict().items():
             assert torch.equal(value, state[key]), key
+
+
+def test_a_member_range_computes_those_members_and_fills_their_gradient_rows() -> None:
+    nets = members("ReLU", True, count=4)
+    fused = stack_modules(nets)
+    flat = FlatParameters(fused)
+    chain = FusedMLPChain([fused])
+    x = torch.randn(4, 6, 5)
+    full = chain.forward(x)
+    part = chain.members(1, 3)
+    assert part is chain.members(1, 3)  # cached
+    tape: list = []
+    out = part.forward(x[1:3], tape)
+    assert torch.allclose(out, full[1:3], atol=1e-6)
+    grad_out = torch.randn_like(out)
+    part.backward(tape, grad_out)
+
+    reference = stack_modules(nets)
+    (reference(x)[1:3] * grad_out).sum().backward()
+    assert flat.grad is not None
+    for (name, a), b in zip(reference.named_parameters(), fused.parameters(), strict=True):
+        assert torch.allclose(a.grad[1:3], b.grad[1:3], atol=1e-5), name
+        assert not b.grad[0].any() and not b.grad[3].any(), name
+    with torch.no_grad():  # the range follows in-place updates of the full parameters
+        for param in fused.parameters():
+            param.mul_(0.5)
+    assert torch.allclose(part.forward(x[1:3]), chain.forward(x)[1:3], atol=1e-6)

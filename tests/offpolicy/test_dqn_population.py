@@ -77,7 +77,9 @@ def test_batched_learning_equals_one_by_one_learning(fused: bool, double: bool, 
         agent.learn(memory.sample(agent.batch_size, agent.rng))
     group = DQNGroup(batched, fused=fused)
     assert (group.chain is not None) == fused
-    schedule = [(True, True, True), (True, False, True), (False, True, True), (True, True, True)] * 2
+    # idle members inside, at the end of and before the active range (the last two run on a sub-range)
+    schedule = [(True, True, True), (True, False, True), (False, True, True), (True, True, True),
+                (True, False, False), (False, False, True)] * 2
     for active in schedule:
         losses = group.learn(group.sample(memory, active), active)
         for agent, on, loss in zip(reference, active, losses, strict=True):
@@ -119,3 +121,20 @@ def test_widths_and_inserted_layers_stack_but_plain_layer_counts_do_not() -> Non
     fewer = DQN(OBS, ACT, net_config={**NET, "encoder_config": {"hidden_size": [32]}})
     with pytest.raises(NotStackableError):
         DQNGroup([*agents, fewer])
+
+
+def test_groups_order_agents_by_learn_step_and_act_for_the_right_slots() -> None:
+    from agile_offpolicy.population import _act, make_groups
+
+    batched, reference = population(), population()
+    for agents in (batched, reference):
+        for agent, learn_step in zip(agents, (8, 2, 4), strict=True):
+            agent.learn_step = learn_step
+    groups = make_groups(batched)
+    assert [slots for slots, _ in groups] == [[1, 2, 0]]  # the busiest learners first
+    obs = np.random.default_rng(2).uniform(-1, 1, (3 * 5, 4)).astype(np.float32)
+    epsilons = [0.0, 0.5, 1.0]
+    actions = _act(groups, obs, epsilons, 5, None, 3)
+    expected = np.concatenate([agent.get_action(obs[5 * i: 5 * i + 5], epsilon=eps)
+                               for i, (agent, eps) in enumerate(zip(reference, epsilons, strict=True))])
+    np.testing.assert_array_equal(actions, expected)

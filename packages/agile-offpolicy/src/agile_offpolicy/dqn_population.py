@@ -121,7 +121,7 @@ class DQNGroup:
         done = torch.as_tensor(done, device=self.device, dtype=torch.float32).reshape(weights.shape)
         self.optimizer.zero_grad()
         if self.chain is not None:
-            losses = self._fused_losses_and_grads(obs, actions, rewards, next_obs, done, weights)
+            losses = self._fused_losses_and_grads(obs, actions, rewards, next_obs, done, weights, active)
         else:
             losses = self._autograd_losses_and_grads(obs, actions, rewards, next_obs, done, weights)
         self.optimizer.mask_padding()
@@ -132,32 +132,45 @@ class DQNGroup:
         return finish_learning_step(self.members, active, [float(value) for value in losses.tolist()])
 
     def _td_target(self, next_q_target: torch.Tensor, chooser: torch.Tensor, rewards: torch.Tensor,
-                   done: torch.Tensor) -> torch.Tensor:
+                   done: torch.Tensor, gamma: torch.Tensor | None = None) -> torch.Tensor:
         next_q = next_q_target.gather(-1, chooser.argmax(dim=-1, keepdim=True)).squeeze(-1)
-        return rewards + self.gamma * (1.0 - done) * next_q
+        return rewards + (self.gamma if gamma is None else gamma) * (1.0 - done) * next_q
 
     def _fused_losses_and_grads(self, obs: Any, actions: torch.Tensor, rewards: torch.Tensor, next_obs: Any,
-                                done: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-        """Per-member losses ``[P]``, with their gradients written into the stacked parameters."""
+                                done: torch.Tensor, weights: torch.Tensor, active: Sequence[bool]) -> torch.Tensor:
+        """Per-member losses ``[P]``, with their gradients written into the stacked parameters.
+
+        Only the smallest range of members that holds every active one is computed (members are
+        grouped by learn step, so a round that only the busiest members take is a short range)."""
         assert self.chain is not None and self.target_chain is not None
+        start, stop = _active_range(active)
+        chain, target_chain, gamma = self.chain, self.target_chain, self.gamma
+        if stop - start < len(self.members):
+            chain, target_chain = chain.members(start, stop), target_chain.members(start, stop)
+            gamma = gamma[start:stop]
+            obs, next_obs = obs[start:stop], next_obs[start:stop]
+            actions, rewards, done, weights = (t[start:stop] for t in (actions, rewards, done, weights))
         rows = weights.shape[1]
         inputs, next_inputs = self._inputs(obs), self._inputs(next_obs)
         tape: list[Any] = []
         if self.double:  # one online call for the batch and the rows it bootstraps from
-            q_all = self.chain.forward(torch.cat([inputs, next_inputs], dim=1), tape)
+            q_all = chain.forward(torch.cat([inputs, next_inputs], dim=1), tape)
             q, chooser = q_all[:, :rows], q_all[:, rows:]
-            next_q_target = self.target_chain.forward(next_inputs)
+            next_q_target = target_chain.forward(next_inputs)
         else:
-            q = self.chain.forward(inputs, tape)
-            chooser = next_q_target = self.target_chain.forward(next_inputs)
-        td_target = self._td_target(next_q_target, chooser, rewards, done)
+            q = chain.forward(inputs, tape)
+            chooser = next_q_target = target_chain.forward(next_inputs)
+        td_target = self._td_target(next_q_target, chooser, rewards, done, gamma)
         q_taken = q.gather(-1, actions).squeeze(-1)
         losses = (F.smooth_l1_loss(q_taken, td_target, reduction="none") * weights).sum(dim=1)
         # d losses.sum() / d q_taken is the smooth L1 derivative times each row's weight
         row_grads = torch.ops.aten.smooth_l1_loss_backward.default(weights, q_taken, td_target, 0, 1.0)
         q_grads = torch.zeros_like(q).scatter_(-1, actions, row_grads.unsqueeze(-1))
-        self.chain.backward(tape, q_grads, rows if self.double else None)
-        return losses
+        chain.backward(tape, q_grads, rows if self.double else None)
+        if stop - start == len(self.members):
+            return losses
+        return torch.zeros(len(self.members), dtype=losses.dtype, device=losses.device).index_copy_(
+            0, torch.arange(start, stop, device=losses.device), losses)
 
     def _autograd_losses_and_grads(self, obs: Any, actions: torch.Tensor, rewards: torch.Tensor, next_obs: Any,
                                    done: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
@@ -177,6 +190,13 @@ class DQNGroup:
         copy_to_members(self.actor, [m.actor for m in self.members])
         copy_to_members(self.actor_target, [m.actor_target for m in self.members])
         self.optimizer.copy_to_members()
+
+
+def _active_range(active: Sequence[bool]) -> tuple[int, int]:
+    """``(start, stop)``: the smallest contiguous range of members holding every active one."""
+    flags = list(active)
+    start = flags.index(True)
+    return start, len(flags) - flags[::-1].index(True)
 
 
 def _fused_chain(network: torch.nn.Module) -> FusedMLPChain:

@@ -56,15 +56,17 @@ def can_batch(population: Sequence[Any], memory: Any) -> bool:
 
 
 def make_groups(population: Sequence[Any]) -> list[tuple[list[int], Group]]:
-    """Agents grouped by architecture (slot order kept within a group), each group stacked."""
+    """Agents grouped by architecture, each group stacked. Within a group, agents are ordered by
+    learn step (stable), so the agents that learn most often are adjacent and a round only
+    they take runs on a short range of members."""
     build, key = GROUPS[type(population[0])]
-    return group_by_architecture(population, key, build)
+    return group_by_architecture(population, key, build, order=lambda agent: agent.learn_step)
 
 
 def _act(groups: list[tuple[list[int], Group]], obs: np.ndarray, epsilons: Sequence[float], num_envs: int,
          masks: Any, agents: int, training: bool = True) -> np.ndarray:
     """Actions ``[agents * num_envs, ...]`` for the population's observations (greedy without `training`)."""
-    if len(groups) == 1 and len(groups[0][0]) == agents:
+    if len(groups) == 1 and groups[0][0] == list(range(agents)):
         return groups[0][1].act(obs, epsilons, masks, training=training)
     actions: np.ndarray | None = None
     masks = None if masks is None else np.asarray(masks)

@@ -19,8 +19,10 @@ with autograd.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 from torch import nn
@@ -98,6 +100,21 @@ class _Layer:
     shortcut: torch.Tensor | None  # residual blocks: [P, in, out]; None otherwise
     gate: torch.Tensor | None  # [P, 1, 1]
 
+    def select(self, members: slice) -> _Layer:
+        """This layer for a contiguous range of members: views of its tensors. A trained tensor's
+        view carries the matching rows of the full tensor's ``.grad`` (when allocated), so
+        gradients computed for the range land in the full parameters' gradients."""
+        def view(tensor: torch.Tensor | None) -> torch.Tensor | None:
+            if tensor is None:
+                return None
+            part = tensor.detach()[members]
+            if tensor.grad is not None:
+                part.grad = tensor.grad[members]
+            return part
+
+        views: dict[str, Any] = {name: view(getattr(self, name)) for name in _TENSOR_FIELDS}
+        return replace(self, **views)
+
     @classmethod
     def of(cls, linear: StackedLinear, norm: StackedLayerNorm | None, activation: nn.Module,
            block: StackedDenseBlock | None) -> _Layer:
@@ -111,6 +128,10 @@ class _Layer:
             unit_mask=None if norm is None else norm.unit_mask, unit_counts=None if norm is None else norm.unit_counts,
             unit_eps=None if norm is None else norm.unit_eps, activation=_activation(activation),
             shortcut=None if residual is None else residual.shortcut, gate=None if residual is None else residual.gate)
+
+
+_TENSOR_FIELDS = ("weight", "bias", "norm_weight", "norm_bias", "unit_mask", "unit_counts", "unit_eps", "shortcut",
+                  "gate")
 
 
 @dataclass
@@ -161,6 +182,20 @@ class FusedMLPChain:
         self.input_shape = tuple(getattr(first, "input_shape", ()))
         self.num_inputs = int(getattr(first, "num_inputs", 0))
         self.layers = [layer for mlp in mlps for layer in _layers_of(mlp)]
+        self._ranges: dict[tuple[int, int], FusedMLPChain] = {}
+
+    def members(self, start: int, stop: int) -> FusedMLPChain:
+        """This chain run for members ``start:stop`` only (inputs ``[stop - start, rows, ...]``):
+        its layers are views of this chain's parameters, so it follows their updates, and its
+        backward pass accumulates into those members' rows of the full gradients. Cached."""
+        key = (start, stop)
+        chain = self._ranges.get(key)
+        if chain is None:
+            chain = copy.copy(self)
+            chain.layers = [layer.select(slice(start, stop)) for layer in self.layers]
+            chain._ranges = {}
+            self._ranges[key] = chain
+        return chain
 
     def forward(self, x: torch.Tensor, tape: Tape | None = None) -> torch.Tensor:
         """Outputs ``[P, rows, out]`` of inputs ``[P, rows, *input_shape]`` (no autograd graph);

@@ -26,13 +26,18 @@ GroupT = TypeVar("GroupT")
 
 
 def group_by_architecture(population: Sequence[Any], key: Callable[[Any], str],
-                          build: Callable[[list[Any]], GroupT]) -> list[tuple[list[int], GroupT]]:
-    """``[(slots, group)]``: the agents split by ``key(agent)`` (slot order kept within a group,
-    groups in order of their first slot), each set built into one group by `build`."""
+                          build: Callable[[list[Any]], GroupT],
+                          order: Callable[[Any], Any] | None = None) -> list[tuple[list[int], GroupT]]:
+    """``[(slots, group)]``: the agents split by ``key(agent)`` (groups in order of their first
+    slot), each set built into one group by `build`. Within a group, agents are in slot order, or
+    sorted by ``order(agent)`` (stable) when given."""
     by_key: dict[str, list[int]] = {}
     for slot, agent in enumerate(population):
         by_key.setdefault(key(agent), []).append(slot)
-    return [(slots, build([population[slot] for slot in slots])) for slots in by_key.values()]
+    groups = list(by_key.values())
+    if order is not None:
+        groups = [sorted(slots, key=lambda slot: order(population[slot])) for slots in groups]
+    return [(slots, build([population[slot] for slot in slots])) for slots in groups]
 
 
 def all_stackable(population: Sequence[Any], agent_type: type, build: Callable[[list[Any]], Any]) -> bool:
