@@ -54,6 +54,20 @@ def test_generations_evolve_and_count_steps():
     assert len({agent.index for agent in pop}) == 3
 
 
+def test_a_seeded_run_repeats_whatever_the_global_torch_state():
+    """Sampled actions draw from torch's global generator: a seeded run seeds it."""
+    results = []
+    for global_seed in (11, 12):
+        env = cartpole()
+        agents = population(env, 2)
+        torch.manual_seed(global_seed)
+        pop, fitnesses = train_on_policy(env, "CartPole-v1", "PPO", agents, max_steps=1024, evo_steps=512,
+                                         verbose=False, seed=7, **evolution(2))
+        results.append((fitnesses, [p.detach().clone() for p in pop[0].actor.parameters()]))
+    assert results[0][0] == results[1][0]
+    assert all(torch.equal(a, b) for a, b in zip(results[0][1], results[1][1], strict=True))
+
+
 def test_deprecated_tournament_alias_warns():
     env = cartpole()
     with pytest.warns(DeprecationWarning, match="tournament"):

@@ -130,6 +130,12 @@ class GenerationLoop:
             saved = self.restore(resume_from_checkpoint, device=str(getattr(self.population[0], "device", "cpu")))
             if load_buffers is not None:
                 load_buffers(saved)
+        elif self.env_seed is not None:
+            # Actions sampled by torch (PPO's categorical and Gaussian policies) draw from torch's
+            # global generator, which recent torch versions seed from OS entropy at start-up.
+            import torch
+
+            torch.manual_seed(self.env_seed)
         with self.reporter:
             return self.run()
 
