@@ -131,3 +131,13 @@ def test_preprocess_dict_and_tuple() -> None:
     assert isinstance(out, tuple) and out[1].shape == (2, 2)
     with pytest.raises(ValueError):
         preprocess_observation(spaces.Text(5), ["hello"])
+
+
+def test_tensor_observations_come_back_as_the_tensor_and_dicts_are_refused() -> None:
+    from agile_core.networks import preprocess_tensor_observation
+
+    box = spaces.Box(0, 255, (2, 3, 3), np.uint8)
+    tensor = preprocess_tensor_observation(box, np.full((4, 2, 3, 3), 255, np.uint8))
+    assert tensor.shape == (4, 2, 3, 3) and float(tensor.max()) == 1.0
+    with pytest.raises(ValueError, match="not a single tensor"):
+        preprocess_tensor_observation(spaces.Dict({"a": spaces.Discrete(3)}), {"a": np.array([1])})

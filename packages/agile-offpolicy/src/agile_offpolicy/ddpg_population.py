@@ -27,7 +27,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from agile_core.networks import preprocess_observation
+from agile_core.networks import preprocess_tensor_observation
 from agile_core.networks.mlp import EvolvableMLP
 from agile_core.networks.stacked import (
     FlatParameters,
@@ -130,9 +130,7 @@ class DDPGGroup:
     # ------------------------------------------------------------------ networks
     def _observation(self, obs: Any) -> torch.Tensor:
         """Float observations ``[P, rows, *obs_shape]`` from raw ``[P, rows, *obs_shape]``."""
-        tensor = preprocess_observation(self.space, obs, self.device, self.normalize_images)
-        assert isinstance(tensor, torch.Tensor)
-        return tensor
+        return preprocess_tensor_observation(self.space, obs, self.device, self.normalize_images)
 
     def _actions(self, actor: nn.Module, obs: torch.Tensor) -> torch.Tensor:
         """Actions ``[P, rows, action_dim]`` of a stacked actor within the bounds (``DeterministicActor.forward``)."""

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from gymnasium import spaces
 
-from agile_core.networks import preprocess_observation
+from agile_core.networks import preprocess_tensor_observation
 from agile_core.networks.fused import FusedMLPChain
 from agile_core.networks.q_networks import QNetwork
 from agile_core.networks.stacked import (
@@ -78,9 +78,7 @@ class DQNGroup:
         return len(self.members)
 
     def _inputs(self, obs: Any) -> torch.Tensor:
-        tensor = preprocess_observation(self.space, obs, self.device, self.normalize_images)
-        assert isinstance(tensor, torch.Tensor)
-        return tensor
+        return preprocess_tensor_observation(self.space, obs, self.device, self.normalize_images)
 
     def q_values(self, obs: Any) -> torch.Tensor:
         """Q values ``[P, rows, n]`` of observations ``[P, rows, ...]`` (no gradient)."""
@@ -169,8 +167,9 @@ class DQNGroup:
         chain.backward(tape, q_grads, rows if self.double else None)
         if stop - start == len(self.members):
             return losses
-        return torch.zeros(len(self.members), dtype=losses.dtype, device=losses.device).index_copy_(
-            0, torch.arange(start, stop, device=losses.device), losses)
+        every = losses.new_zeros(len(self.members))  # members outside the range are idle
+        every[start:stop] = losses
+        return every
 
     def _autograd_losses_and_grads(self, obs: Any, actions: torch.Tensor, rewards: torch.Tensor, next_obs: Any,
                                    done: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

@@ -33,7 +33,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from agile_core.networks import StochasticActor, ValueNetwork, preprocess_observation
+from agile_core.networks import StochasticActor, ValueNetwork, preprocess_tensor_observation
 from agile_core.networks.fused import FusedMLPChain, Tape
 from agile_core.networks.stacked import (
     NotStackableError,
@@ -183,8 +183,7 @@ class PPOGroup:
     def _inputs(self, obs: Any) -> torch.Tensor:
         """Observations ``[P * rows, ...]`` as network inputs ``[P, rows, features]``."""
         first = self.members[0]
-        tensor = preprocess_observation(first.observation_space, obs, self.device, first.normalize_images)
-        assert isinstance(tensor, torch.Tensor)
+        tensor = preprocess_tensor_observation(first.observation_space, obs, self.device, first.normalize_images)
         return tensor.reshape(len(self.members), -1, *tensor.shape[1:])
 
     def _latents(self, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -314,9 +313,8 @@ class PPOGroup:
             if buffer is None:
                 continue
             n = buffer.size
-            inputs = preprocess_observation(first.observation_space, buffer.observations[:n].flatten(0, 1),
-                                            self.device, first.normalize_images)
-            assert isinstance(inputs, torch.Tensor)
+            inputs = preprocess_tensor_observation(first.observation_space, buffer.observations[:n].flatten(0, 1),
+                                                   self.device, first.normalize_images)
             actions = buffer.actions[:n].flatten(0, 1)
             if not isinstance(first.action_space, spaces.Discrete):
                 actions = actions.reshape(actions.shape[0], -1)

@@ -39,7 +39,11 @@ from agile_core.networks.mlp import EvolvableMLP
 from agile_core.networks.multi_input import EvolvableMultiInput
 from agile_core.networks.network import EvolvableNetwork, build_head
 from agile_core.networks.noisy import NoisyLinear
-from agile_core.networks.preprocessing import Observation, preprocess_observation
+from agile_core.networks.preprocessing import (
+    Observation,
+    preprocess_observation,
+    preprocess_tensor_observation,
+)
 from agile_core.networks.q_networks import ContinuousQNetwork, QNetwork, RainbowQNetwork
 from agile_core.networks.value import ValueNetwork
 
@@ -82,6 +86,7 @@ __all__ = [
     "make_activation",
     "mutation",
     "preprocess_observation",
+    "preprocess_tensor_observation",
     "registered_types",
     "resolve_encoder_config",
 ]

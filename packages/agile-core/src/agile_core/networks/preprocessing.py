@@ -57,3 +57,13 @@ def preprocess_observation(
         tensor = tensor.float() / 255.0 if scale else tensor.float()
         return _batched(tensor, len(space.shape))
     return _batched(tensor.float(), len(space.shape))
+
+
+def preprocess_tensor_observation(space: spaces.Space, obs: Any, device: torch.device | str | None = None,
+                                  normalize_images: bool = True) -> torch.Tensor:
+    """:func:`preprocess_observation` for a space whose observations are one array (not Dict or
+    Tuple): the float tensor itself."""
+    tensor = preprocess_observation(space, obs, device, normalize_images)
+    if not isinstance(tensor, torch.Tensor):
+        raise ValueError(f"observations of space {space} are not a single tensor")
+    return tensor
