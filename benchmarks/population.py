@@ -10,9 +10,9 @@ One JSON line per case, so runs can be compared over time:
     OMP_NUM_THREADS=1 uv run python benchmarks/population.py floor CartPole-v1 --num-envs 8
 
 ``learn``: milliseconds per learning step of P identical-architecture DQN agents, one by one
-(``DQN.learn`` per agent) and as one stacked computation (``DQNGroup.learn``), with the ratio to
-one agent's ``DQN.learn`` (``--algorithm td3``: the same for TD3 on Pendulum-sized spaces with
-``DDPGGroup``; ``--algorithm ppo``: one PPO update, ``update_epochs`` passes over a
+(``DQN.learn`` per agent: a group of one each) and as one group (``DQN.learn_population`` on a
+``MemberGroup`` of P), with the ratio to one agent's ``DQN.learn`` (``--algorithm td3``: the same
+for TD3 on Pendulum-sized spaces; ``--algorithm ppo``: one PPO update, ``update_epochs`` passes over a
 1024-row rollout, ``PPO.learn`` per agent vs ``PPOGroup.learn``).
 ``train``: ``agile train --profile`` in a subprocess per (pop size,
 batching on/off); ``wall_s`` is the whole process (start-up included), ``steps_per_s`` all
@@ -75,8 +75,9 @@ def bench_learn(algorithm: str, pops: list[int], repeats: int, batch_size: int, 
     import numpy as np
     from gymnasium import spaces
 
+    from agile_core.algorithms.group import MemberGroup
     from agile_offpolicy.buffers import ReplayBuffer
-    from agile_offpolicy.population import make_groups
+    from agile_offpolicy.population import make_groups, sample_padded
 
     net = {"latent_dim": hidden, "encoder_config": {"hidden_size": [hidden]}, "head_config": {"hidden_size": [hidden]}}
     rng = np.random.default_rng(0)
@@ -114,8 +115,8 @@ def bench_learn(algorithm: str, pops: list[int], repeats: int, batch_size: int, 
         (_, group), = make_groups(agents)
         active = [True] * pop
 
-        def stacked(group: object = group, active: list[bool] = active) -> None:
-            group.learn(group.sample(memory, active), active)  # type: ignore[attr-defined]
+        def stacked(group: MemberGroup = group, active: list[bool] = active) -> None:
+            group.algorithm.learn_population(group, sample_padded(memory, group.members, active, "cpu"), active)
 
         stacked_ms = _per_call_ms(stacked, 20, repeats)
         if single is None:

@@ -9,6 +9,7 @@ import pytest
 import torch
 from gymnasium import spaces
 
+from agile_core.algorithms.group import with_member_axis
 from agile_core.algorithms.spaces import UnsupportedSpaceError
 from agile_core.hpo.hyperparameters import HyperparameterConfig, RLParameter
 from agile_offpolicy.buffers import ReplayBuffer
@@ -257,9 +258,11 @@ def test_td3_target_uses_the_smaller_twin_critic(q1: float, q2: float) -> None:
     set_constant_output(agent.critic_1_target, q1)
     set_constant_output(agent.critic_2_target, q2)
     obs, actions, rewards, next_obs, terminated = random_batch()
-    next_state = agent._observation(next_obs)
+    group, next_state = agent.solo_group(), with_member_axis(agent._observation(next_obs))
     with torch.no_grad():
-        bootstrap = agent._bootstrap_value(next_state, agent._target_policy_action(next_state))
+        weights = torch.ones(1, next_state.shape[1])
+        bootstrap = TD3._critic_values(group, "critic_targets", next_state,
+                                       TD3._target_actions(group, next_state, weights)).amin(dim=0)[0]
         normalised = agent._normalise(actions)
         qs = [critic(obs, normalised).squeeze(-1) for critic in (agent.critic_1, agent.critic_2)]
     torch.testing.assert_close(bootstrap, torch.full_like(bootstrap, -3.0))
@@ -271,10 +274,9 @@ def test_td3_target_uses_the_smaller_twin_critic(q1: float, q2: float) -> None:
 
 def test_td3_smoothing_noise_is_clipped_and_actions_stay_in_range() -> None:
     agent = make_agent(TD3, policy_noise=1000.0, noise_clip=0.1)
-    next_obs = agent._observation(random_batch(256)[3])
+    next_obs = with_member_axis(agent._observation(random_batch(256)[3]))
     with torch.no_grad():
-        clean = agent._policy(agent.actor_target, next_obs)
-        smoothed = agent._target_policy_action(next_obs)
+        clean, smoothed = target_actions(agent, next_obs)
     deviation = smoothed - clean
     inside = (clean.abs() < 0.9)  # away from the bounds, the only change is the clipped noise
     assert deviation.abs().max() <= 0.1 + 1e-6
@@ -282,15 +284,24 @@ def test_td3_smoothing_noise_is_clipped_and_actions_stay_in_range() -> None:
     assert smoothed.min() >= -1.0 and smoothed.max() <= 1.0
     quiet = make_agent(TD3, policy_noise=0.0)
     with torch.no_grad():
-        torch.testing.assert_close(quiet._target_policy_action(next_obs), quiet._policy(quiet.actor_target, next_obs))
+        clean, smoothed = target_actions(quiet, next_obs)
+        torch.testing.assert_close(smoothed, clean)
+
+
+def target_actions(agent: TD3, next_obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The target actor's normalised actions ``[1, rows, dim]`` without and with smoothing noise."""
+    group = agent.solo_group()
+    weights = torch.full((1, next_obs.shape[1]), 1.0 / next_obs.shape[1])
+    return TD3._policy_actions(group, "actor_target", next_obs), TD3._target_actions(group, next_obs, weights)
 
 
 def test_td3_smoothing_noise_distribution() -> None:
     agent = make_agent(TD3, policy_noise=0.2, noise_clip=0.5)
-    next_obs = agent._observation(np.zeros((20000, 3), np.float32))
+    next_obs = with_member_axis(agent._observation(np.zeros((20000, 3), np.float32)))
     with torch.no_grad():
-        deviation = (agent._target_policy_action(next_obs) - agent._policy(agent.actor_target, next_obs))
-    inside = agent._policy(agent.actor_target, next_obs).abs() < 0.3
+        clean, smoothed = target_actions(agent, next_obs)
+        deviation = smoothed - clean
+    inside = clean.abs() < 0.3
     sample = deviation[inside.expand_as(deviation)]
     assert abs(float(sample.std()) - 0.2) < 0.01 and float(sample.abs().max()) <= 0.5 + 1e-6
 

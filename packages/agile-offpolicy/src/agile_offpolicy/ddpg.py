@@ -29,16 +29,16 @@ each target then restarts from its online network.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import gymnasium as gym
 import numpy as np
 import torch
-import torch.nn.functional as F
 from gymnasium import spaces
 from gymnasium.vector import VectorEnv
 
 from agile_core.algorithms.base import SingleAgentAlgorithm
+from agile_core.algorithms.group import MemberGroup, PopulationBatch, with_member_axis
 from agile_core.algorithms.spaces import UnsupportedSpaceError
 from agile_core.hpo.hyperparameters import HyperparameterConfig
 from agile_core.networks import (
@@ -289,15 +289,11 @@ class DDPG(SingleAgentAlgorithm):
 
     # ------------------------------------------------------------------ action units
     def _normalise(self, action: torch.Tensor) -> torch.Tensor:
-        """Environment-unit actions ``[B, action_dim]`` to ``[-1, 1]``."""
+        """Environment-unit actions ``[..., action_dim]`` to ``[-1, 1]``."""
         return (action - self._centre) / self._half_range
 
     def _observation(self, obs: Any) -> Any:
         return preprocess_observation(self.observation_space, obs, self.device, self.normalize_images)
-
-    def _policy(self, network: DeterministicActor, obs: Any) -> torch.Tensor:
-        """Normalised actions ``[B, action_dim]`` of `network` for preprocessed `obs`."""
-        return self._normalise(network(obs).reshape(-1, self.action_dim))
 
     # ------------------------------------------------------------------ acting
     def get_action(self, obs: Any, training: bool = True, *, epsilon: float | None = None,
@@ -311,15 +307,29 @@ class DDPG(SingleAgentAlgorithm):
         a random warm-up, which fills the replay memory with diverse actions before the critic's
         action gradient is trusted. Without `training` the action is greedy (`epsilon` ignored).
         Box actions take no `action_mask`. A single unbatched observation gives a batch of one.
+        The ``P = 1`` case of :meth:`act_population`.
         """
         if action_mask is not None:
             raise ValueError(f"{type(self).__name__} acts in a Box action space, which takes no action_mask")
+        inputs = with_member_axis(self._observation(obs))
+        return type(self).act_population(self.solo_group(), inputs, [epsilon], training=training)
+
+    @classmethod
+    def act_population(cls, group: MemberGroup, inputs: Any, epsilons: Sequence[float | None],
+                       action_masks: Sequence[Any] | None = None, training: bool = True) -> np.ndarray:
+        """Env actions ``[P * rows, *action_shape]`` (member-major) for network inputs ``[P, rows, ...]``:
+        one stacked actor call, then (with `training`) each member's own exploration
+        (:meth:`explore`); greedy without `training`."""
+        if action_masks is not None:
+            raise ValueError(f"{cls.__name__} acts in a Box action space, which takes no action_mask")
+        first = group.members[0]
         with torch.no_grad():
-            action = self.actor(self._observation(obs)).reshape(-1, *self.action_shape)
-        actions = action.cpu().numpy().astype(np.float64)
-        if training:
-            return self.explore(actions, epsilon)
-        return actions.astype(self.action_space.dtype, copy=False)
+            action = group.nets["actor"](inputs)
+        actions = action.reshape(len(group), -1, *first.action_shape).cpu().numpy().astype(np.float64)
+        if not training:
+            return actions.reshape(-1, *first.action_shape).astype(first.action_space.dtype, copy=False)
+        return np.concatenate([member.explore(actions[index], epsilons[index])
+                               for index, member in enumerate(group.members)])
 
     def explore(self, actions: np.ndarray, epsilon: float | None = None) -> np.ndarray:
         """The training branch of :meth:`get_action` for the actor's actions ``[rows, *action_shape]``
@@ -375,62 +385,86 @@ class DDPG(SingleAgentAlgorithm):
         `experiences` is any sequence whose first five items are ``(obs, action, reward,
         next_obs, terminated)`` (a ``ReplayBatch`` is); actions are in environment units and
         ``terminated`` is 1 only for true terminations. Returns ``{"critic": loss}``, plus
-        ``"actor"`` when the actor was updated.
+        ``"actor"`` when the actor was updated. The ``P = 1`` case of :meth:`learn_population`.
         """
-        obs, actions, rewards, next_obs, terminated = tuple(experiences)[:5]
-        obs, next_obs = self._observation(obs), self._observation(next_obs)
-        actions = torch.as_tensor(actions, device=self.device, dtype=torch.float32).reshape(-1, self.action_dim)
-        actions = self._normalise(actions)
-        rewards = torch.as_tensor(rewards, device=self.device, dtype=torch.float32).reshape(-1, 1)
-        terminated = torch.as_tensor(terminated, device=self.device, dtype=torch.float32).reshape(-1, 1)
+        batch = PopulationBatch.of_one(experiences, self.device)
+        return cast(dict[str, float], type(self).learn_population(self.solo_group(), batch, [True])[0])
 
+    def population_stacks(self) -> dict[str, tuple[str, ...]]:
+        """The actor and its target on their own; all critics in one stack (``K * P`` rows), and
+        their targets in another, so twin critics run as one call."""
+        return {"actor": ("actor",), "actor_target": ("actor_target",), "critics": self.critic_names,
+                "critic_targets": tuple(f"{name}_target" for name in self.critic_names)}
+
+    def population_key(self) -> str:
+        """Members of one group share image scaling and encoder sharing."""
+        return f"{super().population_key()}|{self.normalize_images}|{self.share_encoders}"
+
+    @classmethod
+    def learn_population(cls, group: MemberGroup, batch: PopulationBatch, active: Sequence[bool]) -> list[Any]:
+        """One learning step for every active member of `group` on its rows of `batch` ``[P, rows, ...]``:
+        a critic update (every critic regresses on the clipped TD target), and for members whose
+        learn counter reaches a multiple of their ``policy_freq`` an actor update and a target
+        update. Returns each member's ``{"critic": ..., ["actor": ...]}`` (None if idle)."""
+        first = group.members[0]
+        members, rows = batch.weights.shape
+        obs, next_obs = first.population_inputs(batch.obs), first.population_inputs(batch.next_obs)
+        actions = first._normalise(batch.action.to(torch.float32).reshape(members, rows, first.action_dim))
+        due = [on and (member.learn_counter + 1) % member.policy_freq == 0
+               for member, on in zip(group.members, active, strict=True)]
         with torch.no_grad():
-            next_actions = self._target_policy_action(next_obs)
-            td_target = rewards + self.gamma * (1.0 - terminated) * self._bootstrap_value(next_obs, next_actions)
-        losses = {"critic": self._update_critics(obs, actions, td_target)}
+            next_actions = cls._target_actions(group, next_obs, batch.weights)
+            bootstrap = cls._critic_values(group, "critic_targets", next_obs, next_actions).amin(dim=0)
+            td_target = batch.reward + group.column("gamma") * (1.0 - batch.done) * bootstrap
+        errors = (cls._critic_values(group, "critics", obs, actions) - td_target).square() * batch.weights
+        critic_losses = errors.sum(dim=2)  # [K, P]
+        group.step("critic_optimizer", critic_losses.reshape(-1), active)
+        actor_losses = None
+        if any(due):
+            critics = group.nets["critics"]
+            critics.requires_grad_(False)  # the actor's gradient flows through the critics, not into them
+            try:
+                q_values = cls._critic_values(group, "critics", obs, cls._policy_actions(group, "actor", obs))[0]
+                actor_losses = -(q_values * batch.weights).sum(dim=1)
+                group.step("actor_optimizer", actor_losses, due)
+            finally:
+                critics.requires_grad_(True)
+            tau = group.column("tau")
+            group.soft_update("actor_target", "actor", tau, due)
+            group.soft_update("critic_targets", "critics", tau, due)
+        results: list[dict[str, float]] = []
+        critic_sums = critic_losses.detach().sum(dim=0).tolist()
+        actor_values = None if actor_losses is None else actor_losses.detach().tolist()
+        for index, (member, on) in enumerate(zip(group.members, active, strict=True)):
+            member.learn_counter += int(on)
+            results.append({"critic": critic_sums[index]})
+            if due[index] and actor_values is not None:
+                results[-1]["actor"] = actor_values[index]
+            if on and member.share_encoders:
+                member._share_encoder_weights()
+        return group.finish(active, results)
 
-        self.learn_counter += 1
-        if self.learn_counter % self.policy_freq == 0:
-            losses["actor"] = self._update_actor(obs)
-            self.soft_update_targets()
-        if self.share_encoders:
-            self._share_encoder_weights()
-        return losses
+    @staticmethod
+    def _policy_actions(group: MemberGroup, network: str, obs: Any) -> torch.Tensor:
+        """Normalised actions ``[P, rows, action_dim]`` of the stacked actor `network`."""
+        first = group.members[0]
+        action = group.nets[network](obs)
+        return first._normalise(action.reshape(*action.shape[:2], first.action_dim))
 
-    def _target_policy_action(self, next_obs: Any) -> torch.Tensor:
-        """Normalised action the target policy takes in s' (TD3 adds smoothing noise)."""
-        return self._policy(self.actor_target, next_obs)
+    @classmethod
+    def _target_actions(cls, group: MemberGroup, next_obs: Any, weights: torch.Tensor) -> torch.Tensor:
+        """Normalised actions the target policy takes in s' ``[P, rows, action_dim]`` (TD3 adds smoothing noise)."""
+        return cls._policy_actions(group, "actor_target", next_obs)
 
-    def _bootstrap_value(self, next_obs: Any, next_actions: torch.Tensor) -> torch.Tensor:
-        """``Q_target(s', a')`` ``[B, 1]`` (TD3 takes the minimum of its twin targets)."""
-        return self.critic_targets[0](next_obs, next_actions)
-
-    def _update_critics(self, obs: Any, actions: torch.Tensor, td_target: torch.Tensor) -> float:
-        """Regress every critic on the TD target (one optimizer step); return the summed MSE."""
-        loss = sum((F.mse_loss(critic(obs, actions), td_target) for critic in self.critics),
-                   start=torch.zeros((), device=self.device))
-        self.critic_optimizer.zero_grad()
-        loss.backward()
-        self.critic_optimizer.step()
-        return float(loss.detach())
-
-    def _update_actor(self, obs: Any) -> float:
-        """Deterministic policy gradient step: maximise ``Q_1(s, mu(s))``; return the actor loss."""
-        critic = self.critics[0]
-        critic.requires_grad_(False)  # the gradient flows through the critic into the actor only
-        try:
-            loss = -critic(obs, self._policy(self.actor, obs)).mean()
-            self.actor_optimizer.zero_grad()
-            loss.backward()
-            self.actor_optimizer.step()
-        finally:
-            critic.requires_grad_(True)
-        return float(loss.detach())
-
-    def soft_update_targets(self) -> None:
-        """Move every target network towards its online network at rate ``tau``."""
-        for online, target in self.target_pairs():
-            soft_update(online, target, self.tau)
+    @staticmethod
+    def _critic_values(group: MemberGroup, stack: str, obs: Any, actions: torch.Tensor) -> torch.Tensor:
+        """``Q_k(s, a)`` ``[K, P, rows]`` of every member's ``K`` critics in `stack`."""
+        repeat = len(group.stacks[stack])
+        members = len(group)
+        if repeat > 1:
+            obs = _repeat_members(obs, repeat)
+            actions = actions.repeat(repeat, 1, 1)
+        return group.nets[stack](obs, actions).reshape(repeat, members, -1)
 
     # ------------------------------------------------------------------ evaluation
     def test(self, env: gym.Env | VectorEnv, swap_channels: bool = False, max_steps: int | None = None,
@@ -462,3 +496,12 @@ class DDPG(SingleAgentAlgorithm):
             saved = np.asarray(tensors["ou_state"], dtype=np.float64)
             if saved.shape == self.exploration.state.shape:
                 self.exploration.state = saved.copy()
+
+
+def _repeat_members(obs: Any, repeat: int) -> Any:
+    """Inputs ``[P, ...]`` (tensor, dict or tuple of them) repeated to ``[repeat * P, ...]``."""
+    if isinstance(obs, dict):
+        return {key: _repeat_members(value, repeat) for key, value in obs.items()}
+    if isinstance(obs, tuple):
+        return tuple(_repeat_members(value, repeat) for value in obs)
+    return obs.repeat(repeat, *[1] * (obs.dim() - 1))

@@ -25,8 +25,13 @@ from gymnasium import spaces
 from gymnasium.vector import VectorEnv
 
 from agile_core.algorithms.base import SingleAgentAlgorithm
+from agile_core.algorithms.group import MemberGroup, PopulationBatch, with_member_axis
 from agile_core.hpo.hyperparameters import HyperparameterConfig
-from agile_core.networks import EvolvableModule, QNetwork, preprocess_observation
+from agile_core.networks import (
+    EvolvableModule,
+    QNetwork,
+    preprocess_observation,
+)
 from agile_core.specs.network import NetworkSpec
 from agile_core.training.evaluation import evaluate_policy
 
@@ -142,11 +147,30 @@ class DQN(SingleAgentAlgorithm):
         Each row independently explores with probability `epsilon` (a uniform random action) and
         otherwise takes the greedy action. `action_mask` (``[num_envs, n]``, truthy = allowed)
         restricts both the greedy and the random choice; every row needs an allowed action.
-        A single unbatched observation gives an array of one action.
+        A single unbatched observation gives an array of one action. The ``P = 1`` case of
+        :meth:`act_population`.
         """
+        inputs = preprocess_observation(self.observation_space, obs, self.device, self.normalize_images)
+        masks = None if action_mask is None else [action_mask]
+        return type(self).act_population(self.solo_group(), with_member_axis(inputs), [epsilon], masks)
+
+    @classmethod
+    def act_population(cls, group: MemberGroup, inputs: Any, epsilons: Sequence[float],
+                       action_masks: Sequence[Any] | None = None, training: bool = True) -> np.ndarray:
+        """Epsilon-greedy env actions ``[P * rows]`` (member-major) for network inputs
+        ``[P, rows, ...]``: one stacked Q computation, then each member's own exploration
+        (:meth:`epsilon_greedy`) with its epsilon and, when given, its ``[rows, n]`` action mask;
+        without `training`, epsilon is 0 for every member."""
+        if not training:
+            epsilons = [0.0] * len(group)
         with torch.no_grad():
-            q_values = self._q_values(obs)
-        return self.epsilon_greedy(q_values, epsilon, action_mask)
+            q_values = group.nets["actor"](inputs)
+        if action_masks is None:
+            greedy = q_values.argmax(dim=-1).cpu().numpy()
+            return np.concatenate([member.explore(greedy[index], epsilons[index])
+                                   for index, member in enumerate(group.members)])
+        return np.concatenate([member.epsilon_greedy(q_values[index], epsilons[index], action_masks[index])
+                               for index, member in enumerate(group.members)])
 
     def epsilon_greedy(self, q_values: torch.Tensor, epsilon: float, action_mask: Any = None) -> np.ndarray:
         """Actions ``[rows]`` from Q values ``[rows, n]``: greedy, or uniform with probability `epsilon`.
@@ -182,49 +206,60 @@ class DQN(SingleAgentAlgorithm):
         """One gradient step on a batch ``(obs, action, reward, next_obs, terminated, ...)``; return the loss.
 
         Any sequence whose first five items are those works (a ``ReplayBatch`` does). ``terminated``
-        is 1 only for true terminations; truncated transitions must carry 0.
+        is 1 only for true terminations; truncated transitions must carry 0. This is the ``P = 1``
+        case of :meth:`learn_population`, run through the agent's group of one.
         """
-        obs, actions, rewards, next_obs, terminated = tuple(experiences)[:5]
-        actions = torch.as_tensor(actions, device=self.device).long().reshape(-1, 1) - self.action_start
-        rewards = torch.as_tensor(rewards, device=self.device, dtype=torch.float32).reshape(-1)
-        terminated = torch.as_tensor(terminated, device=self.device, dtype=torch.float32).reshape(-1)
+        batch = PopulationBatch.of_one(experiences, self.device)
+        return float(type(self).learn_population(self.solo_group(), batch, [True])[0])
 
-        td_target = self.td_target(rewards, next_obs, terminated)
-        q_taken = self._q_values(obs).gather(-1, actions).squeeze(-1)
-        loss = F.smooth_l1_loss(q_taken, td_target)
+    @classmethod
+    def learn_population(cls, group: MemberGroup, batch: PopulationBatch, active: Sequence[bool]) -> list[Any]:
+        """One gradient step for every active member of `group` on its rows of `batch` ``[P, rows, ...]``.
 
-        self.optimizer.zero_grad()
-        loss.backward()
-        if self.max_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(self.actor.parameters(), self.max_grad_norm)
-        self.optimizer.step()
+        Each member uses its own ``gamma``, ``tau``, learning rate and Adam state; padding rows and
+        idle members weigh nothing, and idle members' weights, targets and moments stay as they were.
+        """
+        first = group.members[0]
+        online = group.nets["actor"]
+        obs, next_obs = first.population_inputs(batch.obs), first.population_inputs(batch.next_obs)
+        actions = batch.action.long().reshape(*batch.weights.shape, 1) - first.action_start
+        td_target = cls._td_target(group, next_obs, batch.reward, batch.done)
+        q_taken = online(obs).gather(-1, actions).squeeze(-1)
+        losses = (F.smooth_l1_loss(q_taken, td_target, reduction="none") * batch.weights).sum(dim=1)
+        group.step("optimizer", losses, active, cls.max_grad_norm)
+        group.soft_update("actor_target", "actor", group.column("tau"), active)
+        for member, on in zip(group.members, active, strict=True):
+            member.learn_counter += int(on)
+        return group.finish(active, losses.tolist())
 
-        self.soft_update()
-        self.learn_counter += 1
-        return float(loss.detach())
+    def population_key(self) -> str:
+        """Members of one group share double Q, image scaling and their action space."""
+        return f"{super().population_key()}|{self.double}|{self.normalize_images}"
 
-    def td_target(self, rewards: torch.Tensor, next_obs: Any, terminated: torch.Tensor) -> torch.Tensor:
-        """``r + gamma * (1 - terminated) * Q_target(s', a*)``, without gradient.
+    @staticmethod
+    def _td_target(group: MemberGroup, next_inputs: Any, rewards: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
+        """``r + gamma * (1 - terminated) * Q_target(s', a*)`` ``[P, rows]``, without gradient.
 
         With double DQN the online network picks ``a* = argmax_a Q_online(s', a)``; otherwise
         ``a* = argmax_a Q_target(s', a)`` (the classic max over the target network).
         """
         with torch.no_grad():
-            next_q_target = self._q_values(next_obs, self.actor_target)
-            if self.double:
-                next_actions = self._q_values(next_obs).argmax(dim=-1, keepdim=True)
-            else:
-                next_actions = next_q_target.argmax(dim=-1, keepdim=True)
-            next_q = next_q_target.gather(-1, next_actions).squeeze(-1)
-            return rewards + self.gamma * (1.0 - terminated) * next_q
+            next_q_target = group.nets["actor_target"](next_inputs)
+            chooser = group.nets["actor"](next_inputs) if group.members[0].double else next_q_target
+            next_q = next_q_target.gather(-1, chooser.argmax(dim=-1, keepdim=True)).squeeze(-1)
+            return rewards + group.column("gamma") * (1.0 - done) * next_q
+
+    def td_target(self, rewards: torch.Tensor, next_obs: Any, terminated: torch.Tensor) -> torch.Tensor:
+        """The TD target ``[B]`` of this agent's flat batch (the ``P = 1`` case of :meth:`_td_target`)."""
+        inputs = self.population_inputs(PopulationBatch.of_one((next_obs, 0, rewards, next_obs, terminated), self.device).obs)
+        rewards = torch.as_tensor(rewards, dtype=torch.float32, device=self.device).reshape(1, -1)
+        done = torch.as_tensor(terminated, dtype=torch.float32, device=self.device).reshape(1, -1)
+        return self._td_target(self.solo_group(), inputs, rewards, done)[0]
 
     def soft_update(self) -> None:
         """Move the target network towards the online one: ``target <- tau * online + (1 - tau) * target``."""
-        with torch.no_grad():
-            for online, target in zip(self.actor.parameters(), self.actor_target.parameters(), strict=True):
-                target.lerp_(online, self.tau)
-            for online_buffer, target_buffer in zip(self.actor.buffers(), self.actor_target.buffers(), strict=True):
-                target_buffer.copy_(online_buffer)
+        group = self.solo_group()
+        group.soft_update("actor_target", "actor", group.column("tau"), [True])
 
     # ------------------------------------------------------------------ evaluation
     def test(self, env: gym.Env | VectorEnv, swap_channels: bool = False, max_steps: int | None = None,

@@ -1,84 +1,131 @@
 """The population-batched off-policy phase: every agent collects and learns at the same time.
 
 The population steps one vector env with ``agents x num_envs`` sub-envs (agent ``p`` owns the
-consecutive slice ``[p * num_envs, (p + 1) * num_envs)``). A population of plain DQN, of plain
-DDPG or of plain TD3 agents is supported: agents with the same network structure form a group
-(:class:`~agile_offpolicy.dqn_population.DQNGroup` or
-:class:`~agile_offpolicy.ddpg_population.DDPGGroup`) that acts and learns as one stacked
-computation; each agent keeps its own epsilon schedule position, exploration noise, learn step,
-batch size and hyperparameters. Transitions of all agents go to the shared replay memory in one call.
+consecutive slice ``[p * num_envs, (p + 1) * num_envs)``). Agents whose networks stack form a
+:class:`~agile_core.algorithms.group.MemberGroup` that acts and learns as one computation through
+the algorithm's own population-shaped step (``act_population`` / ``learn_population``); each agent
+keeps its own epsilon schedule position, exploration noise, learn step, batch size and
+hyperparameters. Transitions of all agents go to the shared replay memory in one call.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import torch
 from gymnasium.vector import VectorEnv
 
-from agile_core.networks.stacked import structure_key
+from agile_core.algorithms.group import MemberGroup, PopulationBatch, group_key, member_rows
+from agile_core.networks.stacked import NotStackableError
 from agile_core.training import EpsilonSchedule, swap_image_channels
 from agile_core.training.evaluation import evaluate_population_batched
 from agile_core.training.generations import PhaseResult
 from agile_core.training.population import (
     agent_rows,
-    all_stackable,
     group_by_architecture,
+    pad_index_batches,
     start_population_phase,
 )
 from agile_core.training.profiling import PROFILER
 from agile_offpolicy.buffers import ReplayBuffer
-from agile_offpolicy.ddpg import DDPG
-from agile_offpolicy.ddpg_population import DDPGGroup
-from agile_offpolicy.dqn import DQN
-from agile_offpolicy.dqn_population import DQNGroup
-from agile_offpolicy.td3 import TD3
 
-__all__ = ["can_batch", "collect_and_learn_population", "evaluate_batched", "make_groups", "record_losses"]
+__all__ = ["can_batch", "collect_and_learn_population", "evaluate_batched", "make_groups", "record_losses",
+           "sample_padded"]
 
-Group = DQNGroup | DDPGGroup
-GROUPS: dict[type, tuple[type[DQNGroup] | type[DDPGGroup], Callable[[Any], str]]] = {
-    DQN: (DQNGroup, lambda agent: structure_key(agent.actor)),
-    DDPG: (DDPGGroup, DDPGGroup.group_key),
-    TD3: (DDPGGroup, DDPGGroup.group_key),
-}
-"""Agent type -> (its group class, the key of agents that can share a group)."""
+Groups = list[tuple[list[int], MemberGroup]]
 
 
 def can_batch(population: Sequence[Any], memory: Any) -> bool:
-    """Whether the batched phase supports these agents (all plain DQN, all plain DDPG or all plain
-    TD3, with stackable networks) and this memory (uniform replay)."""
+    """Whether the batched phase supports these agents (each has a population-shaped step and
+    ``act_population``) and this memory (uniform replay); says why not once, in a warning."""
     if type(memory) is not ReplayBuffer or not population:
         return False
-    kind = type(population[0])
-    return kind in GROUPS and all_stackable(population, kind, GROUPS[kind][0])
+    try:
+        for agent in population:
+            agent.check_population_support()
+    except NotStackableError as error:
+        _say_once(f"population not batched: {error}")
+        return False
+    return True
 
 
-def make_groups(population: Sequence[Any]) -> list[tuple[list[int], Group]]:
-    """Agents grouped by architecture, each group stacked. Within a group, agents are ordered by
-    learn step (stable), so the agents that learn most often are adjacent and a round only
-    they take runs on a short range of members."""
-    build, key = GROUPS[type(population[0])]
-    return group_by_architecture(population, key, build, order=lambda agent: agent.learn_step)
+_SAID: set[str] = set()
+_LOG = logging.getLogger(__name__)
 
 
-def _act(groups: list[tuple[list[int], Group]], obs: np.ndarray, epsilons: Sequence[float], num_envs: int,
-         masks: Any, agents: int, training: bool = True) -> np.ndarray:
+def _say_once(message: str) -> None:
+    """Log `message` the first time only (a loop asks before every phase)."""
+    if message not in _SAID:
+        _SAID.add(message)
+        _LOG.warning(message)
+
+
+def make_groups(population: Sequence[Any]) -> Groups:
+    """Agents grouped by algorithm, settings and network structure (agents that cannot stack
+    with others get groups of their own), each group stacked. Within a group, agents are ordered by
+    learn step (stable), so the agents that learn most often are adjacent."""
+    return group_by_architecture(population, _key, MemberGroup, order=lambda agent: agent.learn_step)
+
+
+def _key(agent: Any) -> str:
+    try:
+        return group_key(agent)
+    except NotStackableError:
+        return f"alone:{id(agent)}"
+
+
+def sample_padded(memory: ReplayBuffer, members: Sequence[Any], active: Sequence[bool],
+                  device: torch.device | str) -> PopulationBatch:
+    """One batch per active member, drawn with the member's own ``rng`` exactly as
+    ``memory.sample(member.batch_size, member.rng)`` draws it, gathered in one call and laid out
+    ``[P, max_batch, ...]``; padded rows repeat a valid index and carry zero weight."""
+    indices = [memory.sample_indices(m.batch_size, getattr(m, "rng", None)) if on else np.zeros(0, dtype=np.int64)
+               for m, on in zip(members, active, strict=True)]
+    padded, weights = pad_index_batches(indices)
+    batch = memory.sample_from_indices(padded.reshape(-1))
+    members_count = padded.shape[0]
+    obs, action, reward, next_obs, done = (member_rows(field, members_count) for field in
+                                           (batch.obs, batch.action, batch.reward, batch.next_obs, batch.done))
+    return PopulationBatch(obs=obs, action=action, reward=reward.to(torch.float32), next_obs=next_obs,
+                           done=done.to(torch.float32), weights=torch.as_tensor(weights, device=device))
+
+
+def _act(groups: Groups, obs: Any, epsilons: Sequence[float], num_envs: int, masks: Any, agents: int,
+         training: bool = True) -> np.ndarray:
     """Actions ``[agents * num_envs, ...]`` for the population's observations (greedy without `training`)."""
-    if len(groups) == 1 and groups[0][0] == list(range(agents)):
-        return groups[0][1].act(obs, epsilons, masks, training=training)
     actions: np.ndarray | None = None
     masks = None if masks is None else np.asarray(masks)
     for slots, group in groups:
-        rows = agent_rows(slots, num_envs)
-        chosen = group.act(obs[rows], [epsilons[slot] for slot in slots], None if masks is None else masks[rows],
-                           training=training)
+        whole = len(groups) == 1 and slots == list(range(agents))
+        rows = None if whole else agent_rows(slots, num_envs)
+        chosen = _group_act(group, obs if whole else _take(obs, rows), [epsilons[slot] for slot in slots],
+                            None if masks is None else (masks if whole else masks[rows]), training)
+        if whole:
+            return chosen
         if actions is None:
             actions = np.empty((agents * num_envs, *chosen.shape[1:]), dtype=chosen.dtype)
         actions[rows] = chosen
     assert actions is not None
     return actions
+
+
+def _group_act(group: MemberGroup, obs: Any, epsilons: Sequence[float], masks: np.ndarray | None,
+               training: bool) -> np.ndarray:
+    first = group.members[0]
+    inputs = first.population_inputs(member_rows(obs, len(group)))
+    member_masks = None if masks is None else list(member_rows(masks, len(group)))
+    return group.algorithm.act_population(group, inputs, epsilons, member_masks, training=training)
+
+
+def _take(obs: Any, rows: np.ndarray) -> Any:
+    if isinstance(obs, Mapping):
+        return {key: _take(value, rows) for key, value in obs.items()}
+    if isinstance(obs, tuple):
+        return tuple(_take(value, rows) for value in obs)
+    return np.asarray(obs)[rows]
 
 
 def _reset_noise(population: Sequence[Any], num_envs: int, ended: np.ndarray | None = None) -> None:
@@ -104,25 +151,21 @@ def collect_and_learn_population(population: list[Any], env: VectorEnv, memory: 
     if noisy:
         _reset_noise(population, num_envs)
     steps = 0
-    try:
-        while steps < vector_steps and not should_stop():
-            epsilons = [schedule.value(agent.steps / num_envs) for agent in population]
-            with PROFILER.act:
-                action = _act(groups, np.asarray(obs), epsilons, num_envs, info.get("action_mask"), agents)
-            with PROFILER.env:
-                next_obs, reward, terminated, truncated, info = env.step(action)
-            if swap_channels:
-                next_obs = swap_image_channels(next_obs)
-            valid = tracker.step(reward, terminated, truncated)
-            memory.add(obs, action, reward, next_obs, terminated, truncated=truncated, mask=valid)
-            if noisy:
-                _reset_noise(population, num_envs, np.asarray(terminated) | np.asarray(truncated))
-            obs = next_obs
-            steps += 1
-            _learn(population, groups, memory, learning_delay, learn_credit, num_envs, results)
-    finally:
-        for _, group in groups:
-            group.copy_to_members()
+    while steps < vector_steps and not should_stop():
+        epsilons = [schedule.value(agent.steps / num_envs) for agent in population]
+        with PROFILER.act:
+            action = _act(groups, obs, epsilons, num_envs, info.get("action_mask"), agents)
+        with PROFILER.env:
+            next_obs, reward, terminated, truncated, info = env.step(action)
+        if swap_channels:
+            next_obs = swap_image_channels(next_obs)
+        valid = tracker.step(reward, terminated, truncated)
+        memory.add(obs, action, reward, next_obs, terminated, truncated=truncated, mask=valid)
+        if noisy:
+            _reset_noise(population, num_envs, np.asarray(terminated) | np.asarray(truncated))
+        obs = next_obs
+        steps += 1
+        _learn(population, groups, memory, learning_delay, learn_credit, num_envs, results)
     for agent, result, (returns, lengths) in zip(population, results, tracker.pop_finished_by_agent(agents),
                                                  strict=True):
         result.vector_steps = steps
@@ -132,7 +175,7 @@ def collect_and_learn_population(population: list[Any], env: VectorEnv, memory: 
     return results
 
 
-def _learn(population: list[Any], groups: list[tuple[list[int], Group]], memory: ReplayBuffer,
+def _learn(population: list[Any], groups: Groups, memory: ReplayBuffer,
            learning_delay: int, learn_credit: list[int], num_envs: int, results: list[PhaseResult]) -> None:
     """Account one vector step per agent and run the learning steps it pays for, group by group."""
     updates = []
@@ -147,9 +190,9 @@ def _learn(population: list[Any], groups: list[tuple[list[int], Group]], memory:
             if not any(active):
                 continue
             with PROFILER.sample:
-                batch = group.sample(memory, active)
+                batch = sample_padded(memory, group.members, active, group.device)
             with PROFILER.learn:
-                losses = group.learn(batch, active)
+                losses = group.algorithm.learn_population(group, batch, active)
             for slot, loss in zip(slots, losses, strict=True):
                 if loss is not None:
                     record_losses(results[slot].losses, loss)
@@ -172,8 +215,7 @@ def evaluate_batched(population: list[Any], env: VectorEnv, *, loop: int, max_st
     groups = make_groups(population)
 
     def act(obs: Any, info: dict[str, Any]) -> np.ndarray:
-        return _act(groups, np.asarray(obs), [0.0] * agents, num_envs, info.get("action_mask"), agents,
-                    training=False)
+        return _act(groups, obs, [0.0] * agents, num_envs, info.get("action_mask"), agents, training=False)
 
     return evaluate_population_batched(population, env, act, loop=loop, max_steps=max_steps,
                                        swap_channels=swap_channels)

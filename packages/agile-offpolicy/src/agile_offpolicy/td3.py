@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
+from agile_core.algorithms.group import MemberGroup
 from agile_core.hpo.hyperparameters import HyperparameterConfig
 from agile_core.networks import ContinuousQNetwork
 from agile_core.specs.network import NetworkSpec
@@ -93,15 +94,16 @@ class TD3(DDPG):
             share_encoders=share_encoders, normalize_images=normalize_images, device=device, seed=seed,
         )
 
-    def _target_policy_action(self, next_obs: Any) -> torch.Tensor:
-        """Target policy smoothing: ``clip(mu_target(s') + clip(eps, -c, c), -1, 1)`` in normalised units."""
-        action = self._policy(self.actor_target, next_obs)
-        noise = np.clip(self.rng.normal(0.0, self.policy_noise, size=tuple(action.shape)),
-                        -self.noise_clip, self.noise_clip)
+    @classmethod
+    def _target_actions(cls, group: MemberGroup, next_obs: Any, weights: torch.Tensor) -> torch.Tensor:
+        """Target policy smoothing: ``clip(mu_target(s') + clip(eps, -c, c), -1, 1)`` in normalised
+        units, each member's noise drawn from its own ``rng`` for its own rows (zero on padding)."""
+        action = cls._policy_actions(group, "actor_target", next_obs)
+        sizes = (weights > 0).sum(dim=1).tolist()
+        noise = np.zeros(tuple(action.shape), dtype=np.float64)
+        for index, (member, size) in enumerate(zip(group.members, sizes, strict=True)):
+            if size:
+                assert isinstance(member, TD3)
+                draw = member.rng.normal(0.0, member.policy_noise, size=(size, action.shape[-1]))
+                noise[index, :size] = np.clip(draw, -member.noise_clip, member.noise_clip)
         return (action + torch.as_tensor(noise, dtype=action.dtype, device=action.device)).clamp(-1.0, 1.0)
-
-    def _bootstrap_value(self, next_obs: Any, next_actions: torch.Tensor) -> torch.Tensor:
-        """Clipped double-Q: the smaller of the two target critics' estimates, ``[B, 1]``."""
-        q1 = self.critic_1_target(next_obs, next_actions)
-        q2 = self.critic_2_target(next_obs, next_actions)
-        return torch.minimum(q1, q2)

@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import numpy as np
 import torch
@@ -25,6 +25,9 @@ from agile_core.algorithms.spaces import UnsupportedSpaceError, check_agent_spac
 from agile_core.hpo.hyperparameters import HyperparameterConfig, RLParameter
 from agile_core.hpo.lineage import Lineage
 from agile_core.networks.base import EvolvableModule, MutationError
+
+if TYPE_CHECKING:
+    from agile_core.algorithms.group import MemberGroup
 
 
 def _recording_init(init: Callable[..., None]) -> Callable[..., None]:
@@ -137,6 +140,64 @@ class EvolvableAlgorithm(ABC):
     @abstractmethod
     def test(self, env: Any, *args: Any, **kwargs: Any) -> float:
         """Greedy evaluation; appends the score to `fitness` and returns it."""
+
+    # ------------------------------------------------------------------ population-shaped learning
+    @classmethod
+    def learn_population(cls, group: MemberGroup, batch: Any, active: Sequence[bool]) -> list[Any]:
+        """The algorithm's learning step, written once for a group of ``P`` members (see
+        :mod:`agile_core.algorithms.group`): one update for every `active` member from its part
+        of `batch` (laid out ``[P, rows, ...]``); return each member's losses (None if idle).
+        A single agent's ``learn`` is the ``P = 1`` case (:meth:`solo_group`)."""
+        raise NotImplementedError(f"{cls.__name__} has no population-shaped learning step")
+
+    @classmethod
+    def act_population(cls, group: MemberGroup, inputs: Any, epsilons: Sequence[float | None],
+                       action_masks: Sequence[Any] | None = None, training: bool = True) -> Any:
+        """The algorithm's acting rule for a group: env actions ``[P * rows, ...]`` (member-major)
+        for network inputs ``[P, rows, ...]``, each member exploring its own way (`epsilons`,
+        `action_masks` per member); greedy without `training`."""
+        raise NotImplementedError(f"{cls.__name__} has no population-shaped acting rule")
+
+    def population_stacks(self) -> dict[str, tuple[str, ...]]:
+        """Stack name -> the networks stacked together in a group (``K`` per member, rows
+        ``k * P + p``); by default every registered network is its own stack."""
+        return {name: (name,) for name in self.network_names}
+
+    def population_key(self) -> str:
+        """What members of one group must share beyond stackable networks (algorithm, device,
+        spaces; algorithms add the settings their learning step reads from the first member)."""
+        spaces_key = (repr(getattr(self, "observation_space", None)), repr(getattr(self, "action_space", None)))
+        return repr((type(self).__qualname__, str(self.device), spaces_key))
+
+    def check_population_support(self) -> None:
+        """Raise ``NotStackableError`` (with the reason) when this agent cannot learn in a group:
+        no population-shaped step, or a subclass that overrides ``learn`` without it."""
+        from agile_core.networks.stacked import NotStackableError
+
+        cls = type(self)
+        step_owner = _owner(cls, "learn_population")
+        if step_owner is EvolvableAlgorithm or _owner(cls, "act_population") is EvolvableAlgorithm:
+            raise NotStackableError(f"{cls.__name__} has no population-shaped learning step")
+        learn_owner = _owner(cls, "learn")
+        if learn_owner is not step_owner and issubclass(learn_owner, step_owner):
+            raise NotStackableError(f"{cls.__name__} overrides learn() but not learn_population()")
+
+    def solo_group(self) -> MemberGroup:
+        """This agent as a group of one (cached; rebuilt when a mutation or restore changed its
+        networks or optimizers): how a single agent runs the population-shaped learning step."""
+        from agile_core.algorithms.group import MemberGroup
+
+        group: MemberGroup | None = self.__dict__.get("_solo_group")
+        if group is None or not group.is_current():
+            group = MemberGroup([self])
+            self.__dict__["_solo_group"] = group
+        return group
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Copies and pickles leave the cached group of one behind (it is rebuilt on demand)."""
+        state = dict(self.__dict__)
+        state.pop("_solo_group", None)
+        return state
 
     # ------------------------------------------------------------------ cloning and migration
     def clone(self, index: int | None = None, wrap: bool = True) -> Self:
@@ -330,6 +391,13 @@ class SingleAgentAlgorithm(EvolvableAlgorithm):
         self.observation_space = observation_space
         self.action_space = action_space
 
+    def population_inputs(self, obs: Any) -> Any:
+        """Network inputs ``[P, rows, ...]`` of raw observations laid out ``[P, rows, ...]``."""
+        from agile_core.networks.preprocessing import preprocess_population_observation
+
+        return preprocess_population_observation(self.observation_space, obs, self.device,
+                                                 bool(getattr(self, "normalize_images", True)))
+
 
 class MultiAgentAlgorithm(EvolvableAlgorithm):
     """Agents acting together in a PettingZoo Parallel environment, one space per agent id."""
@@ -377,6 +445,11 @@ class LLMAlgorithm(EvolvableAlgorithm):
         return None
 
 
+def _owner(cls: type, attribute: str) -> type:
+    """The class in `cls`'s MRO that defines `attribute`."""
+    return next(klass for klass in cls.__mro__ if attribute in vars(klass))
+
+
 def _unique_params(modules: Iterable[nn.Module]) -> list[nn.Parameter]:
     seen: dict[int, nn.Parameter] = {}
     for module in modules:
@@ -399,5 +472,6 @@ def _transfer_state(old: torch.optim.Optimizer, new: torch.optim.Optimizer,
             candidate = by_name_before[name]
             if candidate.shape == param.shape and candidate in old.state:
                 source = candidate
-        if source is not None:
-            new.state[param] = copy.deepcopy(old.state[source])
+        if source is not None:  # tensors cloned alone (they may be views of a population's moments)
+            new.state[param] = {key: value.clone() if isinstance(value, torch.Tensor) else copy.deepcopy(value)
+                                for key, value in old.state[source].items()}

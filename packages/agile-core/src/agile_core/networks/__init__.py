@@ -42,6 +42,7 @@ from agile_core.networks.noisy import NoisyLinear
 from agile_core.networks.preprocessing import (
     Observation,
     preprocess_observation,
+    preprocess_population_observation,
     preprocess_tensor_observation,
 )
 from agile_core.networks.q_networks import ContinuousQNetwork, QNetwork, RainbowQNetwork
@@ -86,6 +87,7 @@ __all__ = [
     "make_activation",
     "mutation",
     "preprocess_observation",
+    "preprocess_population_observation",
     "preprocess_tensor_observation",
     "registered_types",
     "resolve_encoder_config",

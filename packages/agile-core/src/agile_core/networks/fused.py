@@ -4,17 +4,21 @@ A stacked network (:func:`~agile_core.networks.stacked.stack_modules`) already c
 members in one call per layer, but each call still goes through ``nn.Module`` dispatch and the
 autograd engine; at RL sizes on a CPU that bookkeeping costs about as much as the arithmetic.
 :class:`FusedMLPChain` runs a chain of stacked :class:`~agile_core.networks.mlp.EvolvableMLP`
-modules (e.g. a Q network's encoder then head) as a plain loop over ``baddbmm``, layer norm and
-activation kernels, and differentiates it by hand with the same ATen backward kernels autograd
-would call. Gradients are accumulated into the stacked parameters' ``.grad`` tensors, so
-:class:`~agile_core.networks.stacked_adam.StackedAdam` and gradient clipping work unchanged.
+modules as a plain loop over ``baddbmm``, layer norm and activation kernels, and differentiates it
+by hand with the same ATen backward kernels autograd would call.
 
-Two things autograd cannot do cheaply are free here: the forward pass can carry extra rows that
-take no part in the backward pass (one call for a learner's batch and its bootstrap
-observations), and nothing is recorded for forward-only calls. Chains with a layer this module
-does not know (an activation outside :data:`ACTIVATIONS`, a noisy layer) raise
-:class:`~agile_core.networks.stacked.NotStackableError`; callers then use the stacked module
-with autograd.
+To the code above it, a fused chain is one autograd function (:meth:`FusedMLPChain.__call__`):
+:func:`fuse_stacked_mlps` makes every stacked MLP of a stacked network run through one, so an
+algorithm's loss is ordinary autograd code over stacked networks, and only this module knows the
+chain is hand-differentiated. Its backward pass accumulates the parameter gradients straight into
+the stacked parameters' ``.grad`` (views of one flat buffer, see
+:class:`~agile_core.networks.stacked.FlatParameters`), and returns the input gradient to autograd.
+Chains with a layer this module does not know (an activation outside :data:`ACTIVATIONS`, a noisy
+layer) raise :class:`~agile_core.networks.stacked.NotStackableError`, and those MLPs stay ordinary
+stacked modules under autograd.
+
+Private kernels: the row normalisation uses ``torch.native_group_norm`` (tested with torch
+2.9-2.14); where a torch lacks it the same numbers come from public tensor operations.
 """
 
 from __future__ import annotations
@@ -36,10 +40,11 @@ from agile_core.networks.stacked import (
     normalise_member_units,
 )
 
-__all__ = ["ACTIVATIONS", "FusedMLPChain", "Tape"]
+__all__ = ["ACTIVATIONS", "FusedMLPChain", "Tape", "fuse_stacked_mlps"]
 
 aten = torch.ops.aten
 _LAYER_NORM_BACKWARD = aten.native_layer_norm_backward.default
+_GROUP_NORM = getattr(torch, "native_group_norm", None)
 Backward = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 """``(grad_output, input, output) -> grad_input`` of an activation."""
 
@@ -183,6 +188,8 @@ class FusedMLPChain:
         self.num_inputs = int(getattr(first, "num_inputs", 0))
         self.layers = [layer for mlp in mlps for layer in _layers_of(mlp)]
         self._ranges: dict[tuple[int, int], FusedMLPChain] = {}
+        # A leaf that requires grad, so autograd runs the chain's backward even for inputs that do not.
+        self._anchor = torch.zeros((), requires_grad=True)
 
     def members(self, start: int, stop: int) -> FusedMLPChain:
         """This chain run for members ``start:stop`` only (inputs ``[stop - start, rows, ...]``):
@@ -196,6 +203,18 @@ class FusedMLPChain:
             chain._ranges = {}
             self._ranges[key] = chain
         return chain
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """Outputs ``[P, rows, out]`` of inputs ``[P, rows, *input_shape]`` as one autograd
+        function: when gradients are enabled and the chain is trained, backward accumulates the
+        parameter gradients into their ``.grad`` and passes the input gradient on."""
+        if len(self.input_shape) == 1 and x.dim() != 3:  # [P, *batch, in]: rows flattened and restored
+            out = self(x.reshape(x.shape[0], -1, x.shape[-1]))
+            return out.reshape(*x.shape[:-1], out.shape[-1])
+        trains = self.layers[0].weight.requires_grad
+        if not torch.is_grad_enabled() or not (trains or x.requires_grad):
+            return self.forward(x)
+        return _FusedChainFunction.apply(x, self, trains, self._anchor)
 
     def forward(self, x: torch.Tensor, tape: Tape | None = None) -> torch.Tensor:
         """Outputs ``[P, rows, out]`` of inputs ``[P, rows, *input_shape]`` (no autograd graph);
@@ -230,24 +249,29 @@ class FusedMLPChain:
         return torch.bmm(x, layer.shortcut) + layer.gate * y
 
     def backward(self, tape: Tape, grad_output: torch.Tensor, rows: int | None = None,
-                 input_grad: bool = False) -> torch.Tensor | None:
-        """Accumulate into the parameters' ``.grad`` the gradient of ``sum(grad_output * out)``,
-        where ``out`` is the first `rows` rows (all when None) of the taped forward pass; with
-        `input_grad`, also return the gradient with respect to the chain's input (those rows)."""
+                 input_grad: bool = False, params: bool = True) -> torch.Tensor | None:
+        """Accumulate into the parameters' ``.grad`` (unless not `params`) the gradient of
+        ``sum(grad_output * out)``, where ``out`` is the first `rows` rows (all when None) of the
+        taped forward pass; with `input_grad`, also return the gradient with respect to the
+        chain's input (those rows)."""
         if len(tape) != len(self.layers):
             raise ValueError("the tape does not come from a forward pass of this chain")
         grad = grad_output
         with torch.no_grad():
             for index in range(len(self.layers) - 1, -1, -1):
                 grad = self._layer_backward(self.layers[index], tape[index], grad, rows,
-                                            need_input_grad=input_grad or index > 0)
+                                            need_input_grad=input_grad or index > 0, params=params)
         return grad if input_grad else None
 
     @staticmethod
     def _layer_backward(layer: _Layer, saved: _Saved, grad: torch.Tensor, rows: int | None,
-                        need_input_grad: bool) -> torch.Tensor:
+                        need_input_grad: bool, params: bool = True) -> torch.Tensor:
         def part(tensor: torch.Tensor) -> torch.Tensor:  # only the first `rows` forward rows take part
             return tensor if rows is None else tensor[:, :rows]
+
+        def _accumulate(param: torch.Tensor, value: torch.Tensor) -> None:
+            if params:
+                _accumulate_grad(param, value)
 
         shortcut_grad = None
         if layer.shortcut is not None and layer.gate is not None:  # out = x @ shortcut + gate * y
@@ -277,7 +301,9 @@ class FusedMLPChain:
         # The weight gradient [out, in] as whichever product has the wider output: the batched
         # matmul kernel is slow when its output is narrow (an input layer's few features).
         out_features, in_features = layer.weight.shape[1:]
-        if in_features < out_features:
+        if not params:
+            pass
+        elif in_features < out_features:
             _accumulate(layer.weight, torch.bmm(x.transpose(1, 2), grad).transpose(1, 2))
         else:
             _accumulate(layer.weight, torch.bmm(grad.transpose(1, 2), x))
@@ -294,9 +320,12 @@ def _normalise_rows(h: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Te
     rstd ``[P, rows, 1]`` (what ``native_layer_norm`` returns). Computed as a group norm with one
     group per row, whose CPU kernel is about twice as fast as layer norm's at these sizes."""
     members, rows, width = h.shape
+    if _GROUP_NORM is None:
+        mean = h.mean(dim=-1, keepdim=True)
+        rstd = torch.rsqrt(h.var(dim=-1, unbiased=False, keepdim=True) + eps)
+        return (h - mean) * rstd, mean, rstd
     count = members * rows
-    normalised, mean, rstd = torch.native_group_norm(h.reshape(1, count, width), None, None, 1, count, width,
-                                                    count, eps)
+    normalised, mean, rstd = _GROUP_NORM(h.reshape(1, count, width), None, None, 1, count, width, count, eps)
     return normalised.view(h.shape), mean.view(members, rows, 1), rstd.view(members, rows, 1)
 
 
@@ -311,9 +340,43 @@ def _masked_rows_backward(grad: torch.Tensor, normalised: torch.Tensor, rstd: to
     return (grad - mean_grad - normalised * mean_projection) * rstd * mask
 
 
-def _accumulate(param: torch.Tensor, grad: torch.Tensor) -> None:
+def _accumulate_grad(param: torch.Tensor, grad: torch.Tensor) -> None:
     """``param.grad += grad`` in place (as autograd accumulates), creating it when missing."""
     if param.grad is None:
         param.grad = grad.clone(memory_format=torch.contiguous_format)
     else:
         param.grad.add_(grad)
+
+
+class _FusedChainFunction(torch.autograd.Function):
+    """A fused chain as one node of an autograd graph (see :meth:`FusedMLPChain.__call__`)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, chain: FusedMLPChain, trains: bool, anchor: torch.Tensor) -> torch.Tensor:
+        tape: Tape = []
+        out = chain.forward(x, tape)
+        ctx.chain, ctx.tape, ctx.trains, ctx.input_shape = chain, tape, trains, x.shape
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[torch.Tensor | None, None, None, None]:
+        chain: FusedMLPChain = ctx.chain
+        input_grad = chain.backward(ctx.tape, grad_output, input_grad=bool(ctx.needs_input_grad[0]),
+                                    params=ctx.trains)
+        ctx.tape = None
+        return (None if input_grad is None else input_grad.reshape(ctx.input_shape)), None, None, None
+
+
+def fuse_stacked_mlps(stacked: nn.Module) -> int:
+    """Make every stacked :class:`EvolvableMLP` inside `stacked` run as a :class:`FusedMLPChain`
+    (those with a layer the chain does not know stay as they are); return how many were fused."""
+    fused = 0
+    for module in stacked.modules():
+        if isinstance(module, EvolvableMLP) and "agile_fused" not in module.__dict__:
+            try:
+                chain = FusedMLPChain([module])
+            except NotStackableError:
+                continue
+            object.__setattr__(module, "agile_fused", chain)
+            fused += 1
+    return fused

@@ -146,6 +146,9 @@ class EvolvableMLP(EvolvableModule):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Map ``[..., *input_shape]`` to ``[..., num_outputs]``."""
+        fused = self.__dict__.get("agile_fused")
+        if fused is not None:  # a stacked MLP run as one fused chain (see agile_core.networks.fused)
+            return fused(x)
         if len(self.input_shape) != 1:
             x = x.reshape(*x.shape[: x.dim() - len(self.input_shape)], self.num_inputs)
         for block in self.layers:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -67,3 +68,32 @@ def preprocess_tensor_observation(space: spaces.Space, obs: Any, device: torch.d
     if not isinstance(tensor, torch.Tensor):
         raise ValueError(f"observations of space {space} are not a single tensor")
     return tensor
+
+
+def preprocess_population_observation(space: spaces.Space, obs: Any, device: torch.device | str | None = None,
+                                      normalize_images: bool = True) -> Observation:
+    """:func:`preprocess_observation` for observations laid out ``[P, rows, ...]`` (a leading member
+    axis; Dict and Tuple observations hold such arrays): the same tensors, ``[P, rows, ...]``."""
+    def leading(field: Any) -> tuple[int, int]:
+        if isinstance(field, Mapping):
+            return leading(next(iter(field.values())))
+        if isinstance(field, tuple):
+            return leading(field[0])
+        return tuple(field.shape[:2])  # type: ignore[return-value]
+
+    def flat(field: Any) -> Any:
+        if isinstance(field, Mapping):
+            return {key: flat(value) for key, value in field.items()}
+        if isinstance(field, tuple):
+            return tuple(flat(value) for value in field)
+        return _as_tensor(field, device).flatten(0, 1)
+
+    def restore(field: Any, shape: tuple[int, int]) -> Any:
+        if isinstance(field, dict):
+            return {key: restore(value, shape) for key, value in field.items()}
+        if isinstance(field, tuple):
+            return tuple(restore(value, shape) for value in field)
+        return field.unflatten(0, shape)
+
+    shape = leading(obs if isinstance(obs, Mapping | tuple) else _as_tensor(obs, device))
+    return restore(preprocess_observation(space, flat(obs), device, normalize_images), shape)

@@ -124,6 +124,8 @@ class ContinuousQNetwork(EvolvableNetwork):
     vector followed by the flattened action."""
 
     head: EvolvableMLP
+    stacking_sizes: ClassVar[tuple[str, ...]] = ("latent_dim",)
+    """Stacked critics need one latent width: the action columns follow the latent ones."""
 
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, net_spec: SpecLike = None, *,
                  recurrent: bool = False, device: torch.device | str | None = None,

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import copy
 import json
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import cast
 
@@ -39,8 +38,9 @@ __all__ = [
     "StackedDenseBlock",
     "StackedLayerNorm",
     "StackedLinear",
-    "copy_to_members",
+    "bind_members",
     "corner",
+    "is_bound",
     "member_layout",
     "member_parameters",
     "normalise_member_units",
@@ -74,9 +74,13 @@ def _without_sizes(config: object) -> object:
 
 def structure_key(module: nn.Module) -> str:
     """A string equal for two networks exactly when they can be stacked together (with padding):
-    their architectures differ at most in layer widths, latent size and inserted residual layers."""
+    their architectures differ at most in layer widths, latent size and inserted residual layers
+    (sizes a network class lists in ``stacking_sizes`` must be equal too)."""
     if isinstance(module, EvolvableModule):
-        return f"{type(module).__qualname__}:{json.dumps(_without_sizes(module.config), sort_keys=True, default=str)}"
+        config = module.config
+        fixed = {name: config.get(name) for name in getattr(module, "stacking_sizes", ())}
+        return (f"{type(module).__qualname__}:{json.dumps(_without_sizes(config), sort_keys=True, default=str)}"
+                f"{json.dumps(fixed, sort_keys=True, default=str) if fixed else ''}")
     raise NotStackableError(f"{type(module).__name__} is not an EvolvableModule")
 
 
@@ -313,7 +317,7 @@ def _stacked_container(modules: Sequence[nn.Module], path: str = "", member_path
     member_paths = member_paths if member_paths is not None else [""] * len(modules)
     paths = paths if paths is not None else {}
     first = modules[0]
-    if first._parameters or any(buffer is not None for buffer in first._buffers.values()):
+    if any(param is not None for param in first._parameters.values()):
         if not first._modules:
             return _stateless(first)
         raise NotStackableError(f"{type(first).__name__} owns weights directly and has no population version")
@@ -321,8 +325,8 @@ def _stacked_container(modules: Sequence[nn.Module], path: str = "", member_path
         return _stateless(first)
     container = copy.copy(first)
     container._parameters = {}
-    container._buffers = {}
-    container._non_persistent_buffers_set = set()
+    container._buffers = dict(_shared_buffers(modules))
+    container._non_persistent_buffers_set = set(first._non_persistent_buffers_set)
     container._modules = {}
     for name, child in first._modules.items():
         if child is None:
@@ -333,6 +337,16 @@ def _stacked_container(modules: Sequence[nn.Module], path: str = "", member_path
         container._modules[name] = _stacked_child(siblings, f"{path}.{name}" if path else name,  # type: ignore[arg-type]
                                                   child_paths, paths)
     return container
+
+
+def _shared_buffers(modules: Sequence[nn.Module]) -> Iterator[tuple[str, torch.Tensor | None]]:
+    """The buffers a container owns directly, which every member must hold equal (they are
+    shared by the stacked module, e.g. an actor's action bounds)."""
+    for name, buffer in modules[0]._buffers.items():
+        if buffer is not None and any(
+                not torch.equal(buffer, module._buffers[name]) for module in modules[1:]):  # type: ignore[arg-type]
+            raise NotStackableError(f"the members' {type(modules[0]).__name__}.{name} buffers differ")
+        yield name, buffer
 
 
 def stack_modules(members: Sequence[nn.Module]) -> nn.Module:
@@ -417,11 +431,6 @@ class FlatParameters:
         return self.layouts[index](tensor[:, begin:end].view(self.params[index].shape))
 
 
-# The gradients above are strided views of one buffer by design; autograd accumulates into them
-# in place and only notes that they are not dense.
-warnings.filterwarnings("ignore", message="grad and param do not obey the gradient layout contract")
-
-
 def member_parameters(stacked: nn.Module,
                       members: Sequence[nn.Module]) -> Iterator[tuple[torch.Tensor, list[torch.Tensor | None]]]:
     """Pairs (stacked parameter viewed ``[P, *member_shape]`` (padded to the widest member), the
@@ -460,13 +469,20 @@ def _owners(paths: MemberPaths, name: str, members: int) -> list[str | None]:
     return [name] * members
 
 
-def copy_to_members(stacked: nn.Module, members: Sequence[nn.Module]) -> None:
-    """Write every stacked parameter back into the members' own parameters (in place)."""
-    with torch.no_grad():
-        for param, targets in member_parameters(stacked, members):
-            for index, target in enumerate(targets):
-                if target is not None:
-                    target.copy_(param[index][corner(target.shape)])
+def bind_members(stacked: nn.Module, members: Sequence[nn.Module]) -> None:
+    """Make every member parameter a view of its place in the stacked parameters (call after
+    :class:`FlatParameters` has re-homed them): members and the stacked module then share their
+    weights, so an update of either is seen by both, with nothing to copy back."""
+    for param, targets in member_parameters(stacked, members):
+        for index, target in enumerate(targets):
+            if target is not None:
+                target.data = param.detach()[index][corner(target.shape)]
+
+
+def is_bound(stacked_param: torch.Tensor, target: torch.Tensor, index: int) -> bool:
+    """Whether member parameter `target` is still the view :func:`bind_members` made of row
+    `index` of `stacked_param` (viewed in the members' layout)."""
+    return target.data_ptr() == stacked_param[index].data_ptr()
 
 
 def padding_mask(stacked: nn.Module, members: Sequence[nn.Module], flat: FlatParameters) -> torch.Tensor | None:

@@ -1,10 +1,16 @@
 """Adam over stacked parameters: one update for ``P`` members, each with its own learning rate
 and step count, numerically the same as ``P`` separate ``torch.optim.Adam`` steps.
 
-The moments start from (and go back to) the members' own ``torch.optim.Adam`` states, so a
-population can switch between batched and one-by-one learning at any point (e.g. around
-selection and mutation) without losing optimizer state. Members that sit out a step (``active``
-false) keep their parameters and moments unchanged, exactly as if ``step`` had not been called.
+The moments start from the members' own ``torch.optim.Adam`` states, which then become views of
+the stacked moments (as the members' parameters become views of the stacked parameters, see
+:func:`~agile_core.networks.stacked.bind_members`): a member's optimizer state is always current,
+for checkpoints, cloning and mutation alike, with nothing to copy back. Members that sit out a
+step (``active`` false) keep their parameters and moments unchanged, exactly as if ``step`` had
+not been called. Each member's learning rate is read from its optimizer at every step, so a
+learning-rate mutation takes effect at once.
+
+The update uses PyTorch's fused Adam kernel (``torch._fused_adam_``, tested with torch 2.9-2.14)
+where this torch has it, and the same arithmetic in public tensor operations where it does not.
 """
 
 from __future__ import annotations
@@ -18,10 +24,14 @@ from torch import nn
 from agile_core.networks.stacked import (
     FlatParameters,
     NotStackableError,
+    bind_members,
     corner,
     member_parameters,
     padding_mask,
 )
+
+_FUSED_ADAM = getattr(torch, "_fused_adam_", None)
+"""PyTorch's private fused Adam kernel, or None where this torch lacks it (then public ops)."""
 
 __all__ = ["StackedAdam", "clip_flat_grad_norm"]
 
@@ -62,8 +72,6 @@ class StackedAdam:
                 raise NotStackableError("a member's optimizer does not own all of its network's parameters")
         self.flat = FlatParameters(stacked)
         self.padding = padding_mask(stacked, members, self.flat)
-        # Per-member scalars stay in float64 numpy, as torch.optim.Adam computes them in Python floats.
-        self.lr = np.array([float(opt.param_groups[0]["lr"]) for opt in optimizers], dtype=np.float64)
         self.exp_avg = torch.zeros_like(self.flat.data)
         self.exp_avg_sq = torch.zeros_like(self.flat.data)
         self.step_count = np.zeros(len(optimizers), dtype=np.float64)
@@ -84,6 +92,32 @@ class StackedAdam:
         self.grad_rows = list(self.grad.unbind(0))
         self.exp_avg_rows = list(self.exp_avg.unbind(0))
         self.exp_avg_sq_rows = list(self.exp_avg_sq.unbind(0))
+        bind_members(stacked, members)
+        self._bind_states()
+
+    def _bind_states(self) -> None:
+        """Make each member optimizer's state for each of its parameters views of the stacked
+        moments and step count (a member that shares one optimizer over several stacked rows, e.g.
+        twin critics, gets each parameter's state from the row holding it)."""
+        for index, (_, targets) in enumerate(self.pairs):
+            exp_avg, exp_avg_sq = self.flat.slice(self.exp_avg, index), self.flat.slice(self.exp_avg_sq, index)
+            for member, (optimizer, target) in enumerate(zip(self.optimizers, targets, strict=True)):
+                if target is None:
+                    continue
+                region = corner(target.shape)
+                optimizer.state[target] = {"step": self.step_views[member], "exp_avg": exp_avg[member][region],
+                                           "exp_avg_sq": exp_avg_sq[member][region]}
+
+    def states_bound(self) -> bool:
+        """Whether every member optimizer still holds the state views this one gave it (a
+        restored or rebuilt optimizer state does not)."""
+        _, targets = self.pairs[0]
+        exp_avg = self.flat.slice(self.exp_avg, 0)
+        for member, (optimizer, target) in enumerate(zip(self.optimizers, targets, strict=True)):
+            state = None if target is None else optimizer.state.get(target)
+            if target is not None and (state is None or state["exp_avg"].data_ptr() != exp_avg[member].data_ptr()):
+                return False
+        return True
 
     @property
     def parameters(self) -> torch.Tensor:
@@ -109,9 +143,9 @@ class StackedAdam:
     def step(self, active: torch.Tensor | Sequence[bool] | None = None) -> None:
         """One Adam update from the stacked gradients for the `active` members (bool ``[P]``; all when None).
 
-        Each member's row is updated in place by PyTorch's fused Adam kernel with the member's own
-        learning rate and step count (one kernel per member, no temporaries). Idle members'
-        parameters and moments are left exactly as they were."""
+        Each member's row is updated in place with the member's own learning rate (read from its
+        optimizer now) and step count, by PyTorch's fused Adam kernel where available (one kernel
+        per member, no temporaries). Idle members' parameters and moments are left exactly as they were."""
         flags = [True] * len(self.optimizers) if active is None else \
             (active.tolist() if isinstance(active, torch.Tensor) else list(active))
         self.step_count += np.asarray(flags, dtype=np.float64)
@@ -119,24 +153,26 @@ class StackedAdam:
         with torch.no_grad():
             for member, on in enumerate(flags):
                 if on:
-                    torch._fused_adam_(
-                        [self.param_rows[member]], [self.grad_rows[member]], [self.exp_avg_rows[member]],
-                        [self.exp_avg_sq_rows[member]], [], [self.step_views[member]], lr=float(self.lr[member]),
-                        beta1=self.beta1, beta2=self.beta2, weight_decay=0.0, eps=self.eps, amsgrad=False,
-                        maximize=False)
+                    lr = float(self.optimizers[member].param_groups[0]["lr"])
+                    if _FUSED_ADAM is not None:
+                        _FUSED_ADAM([self.param_rows[member]], [self.grad_rows[member]], [self.exp_avg_rows[member]],
+                                    [self.exp_avg_sq_rows[member]], [], [self.step_views[member]], lr=lr,
+                                    beta1=self.beta1, beta2=self.beta2, weight_decay=0.0, eps=self.eps,
+                                    amsgrad=False, maximize=False)
+                    else:
+                        self._public_adam(member, lr)
 
-    def copy_to_members(self) -> None:
-        """Write moments and step counts back into each member's ``torch.optim.Adam`` state."""
-        for index, (_, targets) in enumerate(self.pairs):
-            for member, (optimizer, target) in enumerate(zip(self.optimizers, targets, strict=True)):
-                if self.step_count[member] == 0 or target is None:
-                    continue
-                region = corner(target.shape)
-                optimizer.state[target] = {
-                    "step": torch.tensor(float(self.step_count[member])),
-                    "exp_avg": self.flat.slice(self.exp_avg, index)[member][region].detach().clone(),
-                    "exp_avg_sq": self.flat.slice(self.exp_avg_sq, index)[member][region].detach().clone(),
-                }
+    def _public_adam(self, member: int, lr: float) -> None:
+        """The Adam update of one member's row in public tensor operations (torch.optim.Adam's
+        single-tensor arithmetic)."""
+        step = float(self.step_count[member])
+        grad, exp_avg, exp_avg_sq = self.grad_rows[member], self.exp_avg_rows[member], self.exp_avg_sq_rows[member]
+        exp_avg.lerp_(grad, 1.0 - self.beta1)
+        exp_avg_sq.mul_(self.beta2).addcmul_(grad, grad, value=1.0 - self.beta2)
+        bias_correction1 = 1.0 - self.beta1 ** step
+        bias_correction2_sqrt = (1.0 - self.beta2 ** step) ** 0.5
+        denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(self.eps)
+        self.param_rows[member].addcdiv_(exp_avg, denom, value=-lr / bias_correction1)
 
 
 def clip_flat_grad_norm(flat: FlatParameters, max_norm: float | torch.Tensor) -> torch.Tensor:
