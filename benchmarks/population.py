@@ -13,7 +13,7 @@ One JSON line per case, so runs can be compared over time:
 (``DQN.learn`` per agent: a group of one each) and as one group (``DQN.learn_population`` on a
 ``MemberGroup`` of P), with the ratio to one agent's ``DQN.learn`` (``--algorithm td3``: the same
 for TD3 on Pendulum-sized spaces; ``--algorithm ppo``: one PPO update, ``update_epochs`` passes over a
-1024-row rollout, ``PPO.learn`` per agent vs ``PPOGroup.learn``).
+1024-row rollout, ``PPO.learn`` per agent vs ``PPO.learn_population`` of a ``MemberGroup``).
 ``train``: ``agile train --profile`` in a subprocess per (pop size,
 batching on/off); ``wall_s`` is the whole process (start-up included), ``steps_per_s`` all
 agents' env steps over that wall time (``steps_per_cpu_s`` over the process's CPU time, a steadier
@@ -129,8 +129,8 @@ def bench_learn_ppo(pops: list[int], repeats: int, batch_size: int, hidden: int)
     import numpy as np
     from gymnasium import spaces
 
+    from agile_core.algorithms.group import MemberGroup
     from agile_onpolicy.ppo import PPO
-    from agile_onpolicy.ppo_population import PPOGroup
 
     obs_space, act_space = spaces.Box(-1.0, 1.0, (4,), np.float32), spaces.Discrete(2)
     net = {"latent_dim": hidden, "encoder_config": {"hidden_size": [hidden]}, "head_config": {"hidden_size": [hidden]}}
@@ -157,9 +157,10 @@ def bench_learn_ppo(pops: list[int], repeats: int, batch_size: int, hidden: int)
                 agent.learn(buffer)  # type: ignore[arg-type]
 
         loop_ms = _per_call_ms(one_by_one, 1, repeats)
-        group = PPOGroup(agents)
-        def stacked(group: PPOGroup = group, buffers: list[object] = buffers) -> None:
-            group.learn(buffers)  # type: ignore[arg-type]
+        group = MemberGroup(agents)
+
+        def stacked(group: MemberGroup = group, buffers: list[object] = buffers) -> None:
+            PPO.learn_population(group, buffers, [True] * len(buffers))  # type: ignore[arg-type]
 
         stacked_ms = _per_call_ms(stacked, 1, repeats)
         if single is None:

@@ -1,10 +1,13 @@
-"""Population-batched PPO: a PPOGroup learns and acts exactly like its members one by one, and
+"""PPO is written once, over a leading member axis: a single agent's ``learn`` (``P = 1``) equals a
+plain per-agent oracle for every policy kind (discrete, masked, multi-discrete, multi-binary, Box,
+recurrent), a group of ``P`` members learns and acts exactly like ``P`` single agents, and
 train_on_policy batches the population by default."""
 
 import copy
 import os
 import signal
 import threading
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -12,6 +15,7 @@ import pytest
 import torch
 from gymnasium import spaces
 
+from agile_core.algorithms.group import MemberGroup
 from agile_core.hpo.hyperparameters import HyperparameterConfig, RLParameter
 from agile_core.hpo.mutation import Mutations
 from agile_core.hpo.selection import TournamentSelection
@@ -20,15 +24,17 @@ from agile_core.training.checkpointing import resume_run
 from agile_core.training.interrupt import TrainingInterrupted
 from agile_core.training.population import agent_rows, pad_index_batches
 from agile_onpolicy import training as training_module
-from agile_onpolicy.population import make_groups
+from agile_onpolicy.population import can_batch, make_groups
 from agile_onpolicy.ppo import PPO
-from agile_onpolicy.ppo_population import PPOGroup
 from agile_onpolicy.rollout import RolloutBuffer, compute_returns_and_advantages_together
 from agile_onpolicy.training import train_on_policy
+from tests.onpolicy.oracles import evaluate, ppo_learn
+from tests.onpolicy.test_ppo import LSTM_NET, collected
 
 torch.set_num_threads(1)
 NET = {"latent_dim": 16, "encoder_config": {"hidden_size": [16]}, "head_config": {"hidden_size": [16]}}
 OBS = spaces.Box(-1.0, 1.0, (5,), np.float32)
+BOX = spaces.Box(np.array([-1.0, 0.0], np.float32), np.array([2.0, 0.5], np.float32))
 ACTIONS = {"discrete": spaces.Discrete(3), "multidiscrete": spaces.MultiDiscrete([3, 2]),
            "multibinary": spaces.MultiBinary(3)}
 NUM_ENVS = 4
@@ -52,10 +58,11 @@ def random_rollout(agent: PPO, seed: int, masked: bool) -> RolloutBuffer:
     rng = np.random.default_rng(seed)
     buffer = agent.create_rollout_buffer(NUM_ENVS)
     for _ in range(buffer.num_steps):
-        obs = rng.uniform(-1, 1, (NUM_ENVS, 5)).astype(np.float32)
+        obs = rng.uniform(-1, 1, (NUM_ENVS, *agent.observation_space.shape)).astype(np.float32)
         mask = None
         if masked:
-            mask = agent.prepare_action_mask(rng.random((NUM_ENVS, 3)) < 0.7)
+            mask = agent.prepare_action_mask(rng.random((NUM_ENVS, int(sum(np.atleast_1d(
+                getattr(agent.action_space, "nvec", getattr(agent.action_space, "n", 0))))))) < 0.7)
         action, log_prob, _, value = agent.get_action(obs, mask)
         truncated = rng.random(NUM_ENVS) < 0.05
         buffer.add(obs, action, rng.normal(size=NUM_ENVS), rng.random(NUM_ENVS) < 0.05, truncated, value, log_prob,
@@ -70,6 +77,28 @@ def adam_state(agent: PPO) -> list[tuple[float, torch.Tensor, torch.Tensor]]:
     return [(float(s["step"]), s["exp_avg"], s["exp_avg_sq"]) for s in states]
 
 
+def assert_same_agent(mine: PPO, theirs: PPO) -> None:
+    """Weights, Adam state (step and moments), learn counter and RNG state agree."""
+    assert mine.learn_counter == theirs.learn_counter
+    assert mine.rng.bit_generator.state == theirs.rng.bit_generator.state
+    for net in mine.network_names:
+        for (name, p), q in zip(getattr(mine, net).named_parameters(), getattr(theirs, net).parameters(), strict=True):
+            torch.testing.assert_close(p, q, atol=1e-5, rtol=0, msg=f"{net}.{name}")
+    for (step, avg, avg_sq), (their_step, their_avg, their_avg_sq) in zip(adam_state(mine), adam_state(theirs),
+                                                                          strict=True):
+        assert step == their_step
+        torch.testing.assert_close(avg, their_avg, atol=1e-6, rtol=1e-4)
+        torch.testing.assert_close(avg_sq, their_avg_sq, atol=1e-8, rtol=1e-3)
+
+
+def assert_same_stats(mine: dict[str, float] | None, theirs: dict[str, float]) -> None:
+    assert mine is not None and mine.keys() == theirs.keys()
+    for key in ("epochs", "minibatches", "early_stop"):
+        assert mine[key] == theirs[key], key
+    for key, value in theirs.items():
+        assert mine[key] == pytest.approx(value, rel=1e-4, abs=1e-6, nan_ok=True), key
+
+
 def widened(agents: list[PPO]) -> list[PPO]:
     """The members made to differ in widths (stacked with padding) and inserted layers (phantoms)."""
     agents[0].apply_architecture_mutation("encoder.add_node", np.random.default_rng(1), hidden_layer=0,
@@ -79,47 +108,86 @@ def widened(agents: list[PPO]) -> list[PPO]:
     return agents
 
 
+# ---------------------------------------------------------------------- P = 1: learn is the oracle
+SOLO_CASES: dict[str, dict[str, Any]] = {
+    "discrete-masked": {"action_space": ACTIONS["discrete"], "masked": True},
+    "multidiscrete-masked-separate": {"action_space": ACTIONS["multidiscrete"], "masked": True,
+                                      "share_encoders": False, "clip_vloss": True},
+    "multibinary-kl-stop": {"action_space": ACTIONS["multibinary"], "lr": 2e-2, "target_kl": 0.01,
+                            "update_epochs": 6},
+    "box-shared": {"action_space": BOX, "normalize_advantages": False},
+    "box-separate": {"action_space": BOX, "share_encoders": False, "clip_vloss": True},
+    "recurrent-shared": {"recurrent": True, "max_seq_len": 5, "batch_size": 20},
+    "recurrent-separate-overlap": {"recurrent": True, "share_encoders": False, "max_seq_len": 6, "batch_size": 24,
+                                   "bptt_sequence_type": "fifty_percent_overlap", "clip_vloss": True},
+}
+
+
+@pytest.mark.parametrize("case", list(SOLO_CASES))
+def test_learn_equals_the_per_agent_oracle(case: str) -> None:
+    settings = dict(SOLO_CASES[case])
+    action_space, masked = settings.pop("action_space", ACTIONS["discrete"]), settings.pop("masked", False)
+    recurrent = settings.get("recurrent", False)
+    hp = {"lr": 3e-3, "batch_size": 32, "update_epochs": 3, "ent_coef": 0.01, **settings}
+    agent, oracle = (PPO(OBS, action_space, seed=3, learn_step=128, net_config=LSTM_NET if recurrent else NET, **hp)
+                     for _ in range(2))  # the oracle never joins a group: plain tensors and torch Adam
+    torch.manual_seed(0)
+    if recurrent:
+        buffer = collected(agent, num_envs=NUM_ENVS, num_steps=24, p_end=0.2, horizon=8)[0]
+    else:
+        buffer = random_rollout(agent, 0, masked)
+    assert agent.solo_group().stacked == (not recurrent and not isinstance(action_space, spaces.Box))
+    for _ in range(2):  # the second update starts from the Adam state of the first
+        expected = ppo_learn(oracle, buffer)
+        assert_same_stats(agent.learn(buffer), expected)
+        assert_same_agent(agent, oracle)
+    if "kl-stop" in case:
+        assert expected["early_stop"] == 1.0 and expected["minibatches"] < 6 * 4
+    batch = next(agent._minibatches(buffer))  # evaluate_batch is the oracle's evaluation
+    with torch.no_grad():
+        for got, want in zip(agent.evaluate_batch(batch), evaluate(agent, batch), strict=True):
+            if want is None:
+                assert got is None
+            else:
+                torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+# ---------------------------------------------------------------------- P = 3: a group is its members
 @pytest.mark.parametrize("widths", [False, True], ids=["same", "widths"])
 @pytest.mark.parametrize("fused", [True, False], ids=["fused", "autograd"])
 @pytest.mark.parametrize("share_encoders", [True, False], ids=["shared", "separate"])
 @pytest.mark.parametrize("action_kind", list(ACTIONS))
-def test_group_learning_equals_learning_one_by_one(action_kind: str, share_encoders: bool, fused: bool,
-                                                   widths: bool) -> None:
+def test_group_learning_equals_single_agents(action_kind: str, share_encoders: bool, fused: bool,
+                                             widths: bool) -> None:
     action_space = ACTIONS[action_kind]
-    one_by_one, batched = members(action_space, share_encoders), members(action_space, share_encoders)
+    singles, batched = members(action_space, share_encoders), members(action_space, share_encoders)
     if widths:
-        one_by_one, batched = widened(one_by_one), widened(batched)
+        singles, batched = widened(singles), widened(batched)
     torch.manual_seed(0)
-    buffers = [random_rollout(agent, seed, masked=action_kind == "discrete") for seed, agent in enumerate(one_by_one)]
+    buffers = [random_rollout(agent, seed, masked=action_kind != "multibinary")
+               for seed, agent in enumerate(singles)]
+    group = MemberGroup(batched, fused=fused)
+    assert group.stacked
     first = None
-    for _ in range(2):  # the second update starts from the Adam state of the first
-        expected = [agent.learn(buffer) for agent, buffer in zip(one_by_one, buffers, strict=True)]
+    # idle members inside, at the start and at the end
+    for active in [(True, True, True), (False, True, False), (True, False, True), (True, True, True)]:
+        expected = [agent.learn(buffer) if on else None for agent, buffer, on in zip(singles, buffers, active,
+                                                                                     strict=True)]
         first = first or expected
-        group = PPOGroup(batched, fused=fused)
-        assert (group.fused is not None) == fused
-        stats = group.learn(buffers)
-        group.copy_to_members()
+        stats = PPO.learn_population(group, [b if on else None for b, on in zip(buffers, active, strict=True)],
+                                     list(active))
         for mine, theirs in zip(stats, expected, strict=True):
-            assert mine is not None and mine.keys() == theirs.keys()
-            for key in ("epochs", "minibatches", "early_stop"):
-                assert mine[key] == theirs[key], key
-            for key, value in theirs.items():
-                assert mine[key] == pytest.approx(value, rel=1e-4, abs=1e-6, nan_ok=True), key
+            if theirs is None:
+                assert mine is None
+            else:
+                assert_same_stats(mine, theirs)
     stopped = first[2]
-    assert stopped["early_stop"] == 1.0 and 0 < stopped["minibatches"] < 4 * 2  # stopped mid-way
-    assert first[0]["early_stop"] == 0.0 and first[0]["minibatches"] == 2 * 4
-    for mine, theirs in zip(batched, one_by_one, strict=True):
-        assert mine.learn_counter == theirs.learn_counter == 2
-        assert mine.rng.bit_generator.state == theirs.rng.bit_generator.state
-        for net in ("actor",) if share_encoders else ("actor", "critic"):
-            for (name, p), q in zip(getattr(mine, net).named_parameters(), getattr(theirs, net).parameters(),
-                                    strict=True):
-                torch.testing.assert_close(p, q, atol=1e-5, rtol=0, msg=name)
-        for (step, avg, avg_sq), (their_step, their_avg, their_avg_sq) in zip(adam_state(mine), adam_state(theirs),
-                                                                              strict=True):
-            assert step == their_step
-            torch.testing.assert_close(avg, their_avg, atol=1e-6, rtol=1e-4)
-            torch.testing.assert_close(avg_sq, their_avg_sq, atol=1e-8, rtol=1e-3)
+    assert stopped is not None and stopped["early_stop"] == 1.0 and 0 < stopped["minibatches"] < 4 * 2
+    assert first[0] is not None and first[0]["early_stop"] == 0.0 and first[0]["minibatches"] == 2 * 4
+    for mine, theirs in zip(batched, singles, strict=True):
+        assert_same_agent(mine, theirs)
+    assert [agent.learn_counter for agent in batched] == [3, 3, 3]
+    assert group.is_current()
 
 
 def test_idle_members_are_left_untouched() -> None:
@@ -127,65 +195,89 @@ def test_idle_members_are_left_untouched() -> None:
     before = [copy.deepcopy(agent.actor.state_dict()) for agent in agents]
     rng_states = [agent.rng.bit_generator.state for agent in agents]
     buffer = random_rollout(agents[1], 1, masked=False)
-    group = PPOGroup(agents)
-    stats = group.learn([None, buffer, None])
-    group.copy_to_members()
+    group = MemberGroup(agents)
+    stats = PPO.learn_population(group, [None, buffer, None], [False, True, False])
     assert stats[0] is None and stats[2] is None and stats[1] is not None
     for slot in (0, 2):
         assert agents[slot].learn_counter == 0 and agents[slot].rng.bit_generator.state == rng_states[slot]
         for name, value in agents[slot].actor.state_dict().items():
             assert torch.equal(value, before[slot][name])
-        assert not agents[slot].optimizer.state
+        assert all(step == 0 and not avg.any() and not avg_sq.any() for step, avg, avg_sq in adam_state(agents[slot])) \
+            if agents[slot].optimizer.state else True
     assert agents[1].learn_counter == 1
+    assert any(not torch.equal(value, before[1][name]) for name, value in agents[1].actor.state_dict().items())
 
 
 @pytest.mark.parametrize("action_kind", list(ACTIONS))
 def test_group_acting_matches_each_member(action_kind: str) -> None:
     agents = members(ACTIONS[action_kind], share_encoders=action_kind != "discrete")
-    group = PPOGroup(agents)
+    group = MemberGroup(agents)
     rng = np.random.default_rng(0)
     obs = rng.uniform(-1, 1, (3 * NUM_ENVS, 5)).astype(np.float32)
-    mask = rng.random((3 * NUM_ENVS, 3)) < 0.5 if action_kind == "discrete" else None
-    action, log_prob, value = group.act(obs, mask, deterministic=True)
-    greedy = group.greedy_actions(obs, mask)
+    raw_mask = rng.random((3 * NUM_ENVS, 3)) < 0.5 if action_kind == "discrete" else None
+    mask = agents[0].prepare_action_mask(raw_mask)
+    inputs = agents[0].population_inputs(obs.reshape(3, NUM_ENVS, 5))
+    masks = None if mask is None else mask.reshape(3, NUM_ENVS, -1)
+    greedy = PPO.act_population(group, inputs, None, masks, training=False)
+    values = PPO.value_population(group, inputs)
+    assert greedy.value is not None
     for slot, agent in enumerate(agents):
         rows = slice(slot * NUM_ENVS, (slot + 1) * NUM_ENVS)
         their_action, their_log_prob, _, their_value = agent.get_action(
-            obs[rows], None if mask is None else mask[rows], deterministic=True)
-        assert action[rows].dtype == their_action.dtype and action[rows].shape == their_action.shape
-        np.testing.assert_array_equal(action[rows], their_action)
-        np.testing.assert_array_equal(greedy[rows], their_action)
-        np.testing.assert_allclose(log_prob[rows], their_log_prob, atol=1e-5)
-        np.testing.assert_allclose(value[rows], their_value, atol=1e-5)
-        np.testing.assert_allclose(group.values(obs)[rows], agent.get_value(obs[rows]), atol=1e-5)
-    sampled, sampled_log_prob, _ = group.act(obs, mask)
-    assert sampled.shape == action.shape and sampled.dtype == action.dtype
+            obs[rows], None if raw_mask is None else raw_mask[rows], deterministic=True)
+        action = agent.env_actions(greedy.action[slot])
+        assert action.dtype == their_action.dtype and action.shape == their_action.shape
+        np.testing.assert_array_equal(action, their_action)
+        np.testing.assert_allclose(greedy.log_prob[slot].numpy(), their_log_prob, atol=1e-5)
+        np.testing.assert_allclose(greedy.value[slot].numpy(), their_value, atol=1e-5)
+        np.testing.assert_allclose(values[slot].numpy(), agent.get_value(obs[rows]), atol=1e-5)
+    sampled = PPO.act_population(group, inputs, None, masks)
+    assert sampled.action.shape == greedy.action.shape
     if mask is not None:  # masked actions are never sampled (a row allowing none allows all)
-        allowed = agents[0].prepare_action_mask(mask).numpy()
-        assert allowed[np.arange(len(sampled)), sampled].all()
+        flat = sampled.action.reshape(-1).numpy()
+        assert mask.numpy()[np.arange(len(flat)), flat].all()
     for slot, agent in enumerate(agents):  # the log-probabilities are those of the sampled actions
         rows = slice(slot * NUM_ENVS, (slot + 1) * NUM_ENVS)
         with torch.no_grad():
             dist = agent.actor.distribution_from_latent(agent.actor.encode(agent.preprocess(obs[rows]))[0],
-                                                        agent.prepare_action_mask(None if mask is None else mask[rows]))
-            expected = dist.log_prob(agent._flat_action(torch.as_tensor(sampled[rows]), torch.Size([NUM_ENVS])))
-        np.testing.assert_allclose(sampled_log_prob[rows], expected.numpy(), atol=1e-5)
+                                                        None if mask is None else mask[rows])
+            expected = dist.log_prob(sampled.action[slot])
+        np.testing.assert_allclose(sampled.log_prob[slot].numpy(), expected.numpy(), atol=1e-5)
 
 
-def test_what_cannot_be_stacked_raises() -> None:
+def test_box_and_recurrent_agents_act_through_their_own_networks() -> None:
+    """Groups of one that do not stack (Gaussian log-std, LSTM) act and learn through the same steps."""
+    box = PPO(OBS, BOX, net_config=NET, seed=0)
+    recurrent = PPO(OBS, ACTIONS["discrete"], net_config=LSTM_NET, recurrent=True, seed=0)
+    for agent in (box, recurrent):
+        group = agent.solo_group()
+        assert not group.stacked and group.members == [agent]
+    obs = np.random.default_rng(0).uniform(-1, 1, (NUM_ENVS, 5)).astype(np.float32)
+    action, log_prob, _, value = box.get_action(obs, deterministic=True)
+    with torch.no_grad():
+        mean = box.actor.head(box.actor.encode(box.preprocess(obs))[0])
+    np.testing.assert_allclose(action, mean.numpy(), atol=1e-6)
+    assert action.dtype == np.float32 and log_prob.shape == value.shape == (NUM_ENVS,)
+    out = recurrent.get_action(obs)
+    assert len(out) == 5 and set(out[4]) == {"actor"}
+
+
+def test_what_cannot_be_stacked_gets_a_group_of_its_own() -> None:
     discrete = ACTIONS["discrete"]
     deeper = {**NET, "encoder_config": {"hidden_size": [16, 16]}}  # widths alone stack, padded
     same, other = members(discrete)[0], members(discrete, net=deeper)[1]
     with pytest.raises(NotStackableError):
-        PPOGroup([same, other])
+        MemberGroup([same, other])
     with pytest.raises(NotStackableError):
-        PPOGroup([members(discrete, share_encoders=True)[0], members(discrete, share_encoders=False)[1]])
+        MemberGroup([members(discrete, share_encoders=True)[0], members(discrete, share_encoders=False)[1]])
+    boxes = [PPO(OBS, BOX, net_config=NET, seed=i) for i in range(2)]
     with pytest.raises(NotStackableError):  # the Gaussian log-std has no population version
-        PPOGroup([PPO(OBS, spaces.Box(-1.0, 1.0, (2,), np.float32), net_config=NET)])
-    with pytest.raises(NotStackableError):
-        PPOGroup([PPO(OBS, discrete, recurrent=True)])
-    groups = make_groups([same, other, members(discrete)[2]])
-    assert [slots for slots, _ in groups] == [[0, 2], [1]]
+        MemberGroup(boxes)
+    groups = make_groups([same, other, members(discrete)[2], *boxes])
+    assert [slots for slots, _ in groups] == [[0, 2], [1], [3], [4]]
+    assert [group.stacked for _, group in groups] == [True, True, False, False]
+    assert can_batch([same, *boxes])
+    assert not can_batch([same, PPO(OBS, discrete, net_config=LSTM_NET, recurrent=True)])
 
 
 def test_extend_and_joint_advantages_equal_adding_step_by_step() -> None:

@@ -1,14 +1,16 @@
 """The population-batched on-policy phase: every agent collects and learns at the same time.
 
 The population steps one vector env with ``agents x num_envs`` sub-envs (agent ``p`` owns the
-consecutive slice ``[p * num_envs, (p + 1) * num_envs)``). Agents with the same network
-structure form a :class:`~agile_onpolicy.ppo_population.PPOGroup` that acts and learns as one stacked
-computation. Every agent keeps its own rollout buffer, so its own rollout length (``learn_step //
-num_envs``), ``gamma`` and ``gae_lambda``; rows are written, bootstrapped and masked exactly as
-:func:`agile_onpolicy.collect.collect_rollouts` does (the next-step autoreset row is invalid; a
-valid truncation bootstraps from ``V`` of the observation that step returned), and when an
-agent's rollout is full its advantages are computed and its group learns from it (together with
-every other member whose rollout is full at that step).
+consecutive slice ``[p * num_envs, (p + 1) * num_envs)``). Agents whose networks stack form a
+:class:`~agile_core.algorithms.group.MemberGroup` that acts and learns as one computation through
+PPO's own population-shaped steps (:meth:`PPO.act_population`, :meth:`PPO.learn_population`); an
+agent that stacks with no other (a Gaussian policy, convolutions, another architecture) is a group
+of its own, run through the same steps. Every agent keeps its own rollout buffer, so its own
+rollout length (``learn_step // num_envs``), ``gamma`` and ``gae_lambda``; rows are written,
+bootstrapped and masked exactly as :func:`agile_onpolicy.collect.collect_rollouts` does (the
+next-step autoreset row is invalid; a valid truncation bootstraps from ``V`` of the observation
+that step returned), and when an agent's rollout is full its advantages are computed and its group
+learns from it (together with every other member whose rollout is full at that step).
 
 Like the agent-by-agent phase, each agent collects whole rollouts until it has taken at least
 the phase's vector steps (or a stop is requested), starting from a reset of the env. An agent
@@ -18,72 +20,65 @@ recorded for it.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
+from gymnasium import spaces
 from gymnasium.vector import VectorEnv
 
+from agile_core.algorithms.group import MemberGroup, group_key, member_rows
 from agile_core.networks.stacked import NotStackableError
 from agile_core.training import EpisodeTracker, swap_image_channels
 from agile_core.training.evaluation import evaluate_population_batched
 from agile_core.training.generations import PhaseResult
-from agile_core.training.population import (
-    agent_rows,
-    all_stackable,
-    group_by_architecture,
-    start_population_phase,
-)
+from agile_core.training.population import agent_rows, group_by_architecture, start_population_phase
 from agile_core.training.profiling import PROFILER
 from agile_onpolicy.ppo import PPO
-from agile_onpolicy.ppo_population import PPOGroup, group_key
 from agile_onpolicy.rollout import RolloutBuffer, compute_returns_and_advantages_together
 
 __all__ = ["can_batch", "collect_and_learn_population", "evaluate_batched", "make_groups"]
 
-
-class _OneAgent:
-    """An agent whose networks have no stacked version (e.g. after an activation mutation),
-    run as is behind the group interface."""
-
-    def __init__(self, agent: PPO) -> None:
-        self.members = [agent]
-
-    def act(self, obs: Any, action_mask: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        action, log_prob, _, value = self.members[0].get_action(obs, action_mask)
-        return action, log_prob, value
-
-    def greedy_actions(self, obs: Any, action_mask: Any = None) -> np.ndarray:
-        return self.members[0].get_action(obs, action_mask, deterministic=True)[0]
-
-    def values(self, obs: Any) -> np.ndarray:
-        return self.members[0].get_value(obs)
-
-    def learn(self, buffers: Sequence[RolloutBuffer | None]) -> list[dict[str, float] | None]:
-        return [None if buffer is None else self.members[0].learn(buffer) for buffer in buffers]
-
-    def copy_to_members(self) -> None:
-        """Nothing to copy: the agent's own networks did the work."""
-
-
-Groups = list[tuple[list[int], PPOGroup | _OneAgent]]
+Groups = list[tuple[list[int], MemberGroup]]
+_LOG = logging.getLogger(__name__)
+_SAID: set[str] = set()
 
 
 def can_batch(population: Sequence[Any]) -> bool:
-    """Whether the batched phase supports these agents (plain, feed-forward, stackable PPO)."""
-    return all_stackable(population, PPO, PPOGroup)
+    """Whether the batched phase supports these agents: PPO agents (or subclasses that keep its
+    learning step) with array observations and feed-forward policies; says why not once (log)."""
+    reason = None
+    for agent in population:
+        if not isinstance(agent, PPO):
+            reason = f"{type(agent).__name__} is not a PPO agent"
+        elif agent.recurrent:
+            reason = "recurrent PPO agents collect one by one (their state is not carried in the batched phase)"
+        elif isinstance(agent.observation_space, spaces.Dict | spaces.Tuple):
+            reason = f"{type(agent.observation_space).__name__} observations are collected one by one"
+        else:
+            try:
+                agent.check_population_support()
+            except NotStackableError as error:
+                reason = str(error)
+        if reason is not None:
+            if reason not in _SAID:
+                _SAID.add(reason)
+                _LOG.warning("population not batched: %s", reason)
+            return False
+    return bool(population)
 
 
 def make_groups(population: Sequence[PPO]) -> Groups:
-    """Agents grouped by architecture (slot order kept within a group), each group stacked; an
-    agent whose networks cannot be stacked runs on its own."""
+    """Agents grouped by settings and network structure (slot order kept within a group), each
+    group stacked; agents whose networks do not stack together get groups of their own."""
     groups: Groups = []
     for slots, members in group_by_architecture(population, group_key, list):
         try:
-            groups.append((slots, PPOGroup(members)))
+            groups.append((slots, MemberGroup(members)))
         except NotStackableError:
-            groups.extend(([slot], _OneAgent(agent)) for slot, agent in zip(slots, members, strict=True))
+            groups.extend(([slot], MemberGroup([agent])) for slot, agent in zip(slots, members, strict=True))
     return groups
 
 
@@ -91,27 +86,45 @@ Outputs = tuple[np.ndarray, ...]
 
 
 def _by_group(groups: Groups, num_envs: int, obs: Any, mask: torch.Tensor | None,
-              call: Callable[[PPOGroup | _OneAgent, Any, torch.Tensor | None], Outputs]) -> Outputs:
-    """``call(group, its observations, its mask)`` for every group, the per-row outputs put back
-    in population order (``[agents * num_envs, ...]``)."""
+              call: Callable[[MemberGroup, Any, torch.Tensor | None], Outputs]) -> Outputs:
+    """``call(group, its network inputs [G, num_envs, ...], its masks [G, num_envs, n])`` for every
+    group, the per-row outputs put back in population order (``[agents * num_envs, ...]``)."""
+    def run(group: MemberGroup, rows_obs: Any, rows_mask: torch.Tensor | None) -> Outputs:
+        size = len(group)
+        inputs = group.members[0].population_inputs(member_rows(rows_obs, size))
+        return call(group, inputs, None if rows_mask is None else rows_mask.reshape(size, num_envs, -1))
+
     if len(groups) == 1:
-        return call(groups[0][1], obs, mask)
+        return run(groups[0][1], obs, mask)
     obs = np.asarray(obs)
     rows = [agent_rows(slots, num_envs) for slots, _ in groups]
-    parts = [call(group, obs[index], None if mask is None else mask[torch.as_tensor(index)])
+    parts = [run(group, obs[index], None if mask is None else mask[torch.as_tensor(index)])
              for index, (_, group) in zip(rows, groups, strict=True)]
     order = np.argsort(np.concatenate(rows))  # group-major back to slot-major rows
     return tuple(np.concatenate(field)[order] for field in zip(*parts, strict=True))
 
 
+def _act_group(group: MemberGroup, inputs: Any, masks: torch.Tensor | None) -> Outputs:
+    """``(raw action, log_prob, value)`` of a group's members, rows flattened member-major."""
+    step = group.algorithm.act_population(group, inputs, None, masks)
+    assert step.value is not None
+    first = group.members[0]
+    return (first.env_actions(step.action), step.log_prob.reshape(-1).cpu().numpy().astype(np.float32),
+            step.value.reshape(-1).cpu().numpy().astype(np.float32))
+
+
 def _act(groups: Groups, num_envs: int, obs: Any, mask: torch.Tensor | None) -> Outputs:
     """``(action, log_prob, value)`` of every agent for its slice of the population's observations."""
-    return _by_group(groups, num_envs, obs, mask, lambda group, o, m: group.act(o, m))
+    return _by_group(groups, num_envs, obs, mask, _act_group)
 
 
 def _values(groups: Groups, num_envs: int, obs: Any) -> np.ndarray:
     """``V(obs)`` ``[agents * num_envs]`` of every agent's slice."""
-    return _by_group(groups, num_envs, obs, None, lambda group, o, _: (group.values(o),))[0]
+    def values(group: MemberGroup, inputs: Any, _: Any) -> Outputs:
+        value = group.algorithm.value_population(group, inputs)
+        return (value.reshape(-1).cpu().numpy().astype(np.float32),)
+
+    return _by_group(groups, num_envs, obs, None, values)[0]
 
 
 class _Rollout:
@@ -179,46 +192,42 @@ def collect_and_learn_population(population: list[PPO], env: VectorEnv, buffers:
     num_envs, tracker, obs, info = start_population_phase(env, len(population), swap_channels)
     state = _Collector(population, buffers, vector_steps)
     groups = make_groups(population)
-    try:
-        collecting = state.collecting()
-        while any(collecting):
-            with PROFILER.act:
-                mask = population[0].prepare_action_mask(info.get("action_mask"))
-                action, log_prob, value = _act(groups, num_envs, obs, mask)
-                env_action = population[0].to_env_action(action)
-            with PROFILER.env:
-                next_obs, reward, terminated, truncated, info = env.step(env_action)
-            if swap_channels:
-                next_obs = swap_image_channels(next_obs)
-            terminated, truncated = np.asarray(terminated, dtype=bool), np.asarray(truncated, dtype=bool)
-            reward = np.asarray(reward, dtype=np.float32)
-            valid = tracker.step(reward, terminated, truncated)
-            # A valid truncation bootstraps from V(final observation) = V(next_obs) here.
-            next_values = _values(groups, num_envs, next_obs) if (valid & truncated & ~terminated).any() else None
-            masks = None if mask is None else mask.cpu().numpy()
-            full = []
-            for slot, (agent, rollout) in enumerate(zip(population, state.rollouts, strict=True)):
-                if not collecting[slot]:
-                    continue
-                rows = slice(slot * num_envs, (slot + 1) * num_envs)
-                if rollout.append(obs=obs[rows], action=action[rows], reward=reward[rows],
-                                  terminated=terminated[rows], truncated=truncated[rows], value=value[rows],
-                                  log_prob=log_prob[rows], valid=valid[rows],
-                                  final_value=None if next_values is None else next_values[rows],
-                                  action_mask=None if masks is None else masks[rows]):
-                    full.append(slot)
-                agent.steps += num_envs
-            if full:
-                _learn(groups, state, full, next_obs, next_values, tracker.autoreset, num_envs)
-            obs = next_obs
-            if not state.stopping and should_stop():
-                state.stopping = True
-            before, collecting = collecting, state.collecting()
-            if collecting != before:
-                _record_episodes(state, tracker, before)
-    finally:
-        for _, group in groups:
-            group.copy_to_members()
+    collecting = state.collecting()
+    while any(collecting):
+        with PROFILER.act:
+            mask = population[0].prepare_action_mask(info.get("action_mask"))
+            action, log_prob, value = _act(groups, num_envs, obs, mask)
+            env_action = population[0].to_env_action(action)
+        with PROFILER.env:
+            next_obs, reward, terminated, truncated, info = env.step(env_action)
+        if swap_channels:
+            next_obs = swap_image_channels(next_obs)
+        terminated, truncated = np.asarray(terminated, dtype=bool), np.asarray(truncated, dtype=bool)
+        reward = np.asarray(reward, dtype=np.float32)
+        valid = tracker.step(reward, terminated, truncated)
+        # A valid truncation bootstraps from V(final observation) = V(next_obs) here.
+        next_values = _values(groups, num_envs, next_obs) if (valid & truncated & ~terminated).any() else None
+        masks = None if mask is None else mask.cpu().numpy()
+        full = []
+        for slot, (agent, rollout) in enumerate(zip(population, state.rollouts, strict=True)):
+            if not collecting[slot]:
+                continue
+            rows = slice(slot * num_envs, (slot + 1) * num_envs)
+            if rollout.append(obs=obs[rows], action=action[rows], reward=reward[rows],
+                              terminated=terminated[rows], truncated=truncated[rows], value=value[rows],
+                              log_prob=log_prob[rows], valid=valid[rows],
+                              final_value=None if next_values is None else next_values[rows],
+                              action_mask=None if masks is None else masks[rows]):
+                full.append(slot)
+            agent.steps += num_envs
+        if full:
+            _learn(groups, state, full, next_obs, next_values, tracker.autoreset, num_envs)
+        obs = next_obs
+        if not state.stopping and should_stop():
+            state.stopping = True
+        before, collecting = collecting, state.collecting()
+        if collecting != before:
+            _record_episodes(state, tracker, before)
     for agent, result in zip(population, state.results, strict=True):
         if result.episodic_returns:
             agent.scores.append(float(np.mean(result.episodic_returns)))
@@ -244,7 +253,8 @@ def _learn(groups: Groups, state: _Collector, full: list[int], next_obs: Any, ne
             learning = [state.buffers[slot] if slot in full else None for slot in slots]
             if not any(buffer is not None for buffer in learning):
                 continue
-            for slot, stats in zip(slots, group.learn(learning), strict=True):
+            active = [buffer is not None for buffer in learning]
+            for slot, stats in zip(slots, group.algorithm.learn_population(group, learning, active), strict=True):
                 if stats is None:
                     continue
                 result = state.results[slot]
@@ -262,6 +272,12 @@ def _record_episodes(state: _Collector, tracker: EpisodeTracker, collected: list
             result.episode_lengths += lengths
 
 
+def _greedy(group: MemberGroup, inputs: Any, masks: torch.Tensor | None) -> Outputs:
+    """The members' greedy (mode / mean) raw actions, rows flattened member-major."""
+    step = group.algorithm.act_population(group, inputs, None, masks, training=False, values=False)
+    return (group.members[0].env_actions(step.action),)
+
+
 def evaluate_batched(population: list[PPO], env: VectorEnv, *, loop: int, max_steps: int | None,
                      swap_channels: bool) -> list[float]:
     """Greedy fitness of every agent at once in the population env (appended to ``fitness``), as
@@ -271,7 +287,7 @@ def evaluate_batched(population: list[PPO], env: VectorEnv, *, loop: int, max_st
 
     def act(obs: Any, info: dict[str, Any]) -> np.ndarray:
         mask = population[0].prepare_action_mask(info.get("action_mask"))
-        action = _by_group(groups, num_envs, obs, mask, lambda group, o, m: (group.greedy_actions(o, m),))[0]
+        action = _by_group(groups, num_envs, obs, mask, _greedy)[0]
         return population[0].to_env_action(action)
 
     return evaluate_population_batched(population, env, act, loop=loop, max_steps=max_steps,

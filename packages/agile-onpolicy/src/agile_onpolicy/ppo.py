@@ -61,17 +61,18 @@ from its stored initial state, zeroing it again before every step flagged as an 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Mapping
-from typing import Any, ClassVar, Literal, cast
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal, NamedTuple, cast
 
 import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium import spaces
 from gymnasium.vector import VectorEnv
-from torch import nn
 
 from agile_core.algorithms.base import SingleAgentAlgorithm
+from agile_core.algorithms.group import MemberGroup, with_member_axis
 from agile_core.hpo.hyperparameters import HyperparameterConfig
 from agile_core.networks import (
     EvolvableLSTM,
@@ -87,7 +88,9 @@ from agile_core.networks import (
 from agile_core.networks.network import build_head
 from agile_core.specs.network import NetworkSpec
 from agile_core.training.evaluation import evaluate_policy
+from agile_core.training.population import pad_index_batches
 from agile_onpolicy.rollout import SEQUENCE_TYPES, RecurrentBatch, RolloutBatch, RolloutBuffer
+from agile_onpolicy.rollout.storage import map_tree
 
 HiddenStates = dict[str, tuple[torch.Tensor, torch.Tensor]]
 """Recurrent state of a PPO agent: ``{"actor": (h, c)[, "critic": (h, c)]}``, each tensor
@@ -159,14 +162,6 @@ def _check_hyperparameters(values: Mapping[str, Any]) -> None:
         raise ValueError(f"max_seq_len must be an integer >= 1 or None, got {max_seq_len!r}")
 
 
-def _masked_mean(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """Mean of `x` over the entries where `mask` is True (all entries when None)."""
-    if mask is None:
-        return x.mean()
-    weights = mask.to(x.dtype)
-    return (x * weights).sum() / weights.sum().clamp(min=1.0)
-
-
 def _fit_state(tensor: torch.Tensor, num_layers: int, size: int) -> torch.Tensor:
     """Pad with zeros or cut an LSTM state ``[layers, B, H]`` to ``[num_layers, B, size]``."""
     if tensor.shape[0] == num_layers and tensor.shape[2] == size:
@@ -175,6 +170,105 @@ def _fit_state(tensor: torch.Tensor, num_layers: int, size: int) -> torch.Tensor
     layers, width = min(num_layers, tensor.shape[0]), min(size, tensor.shape[2])
     out[:layers, :, :width] = tensor[:layers, :, :width]
     return out
+
+
+@dataclass
+class PPOMinibatch:
+    """Minibatches of a group's members laid out ``[P, rows, ...]`` (see :meth:`PPO.learn_population`).
+
+    ``mask[p]`` is 1 on member ``p``'s own rows and 0 on padding (recurrent: its loss mask) and
+    ``counts[p]`` their number (at least 1), so a masked row sum over the count is the member's
+    mean. ``sequences`` holds a
+    recurrent agent's BPTT batch (``P = 1``), whose ``L x B`` steps are the rows."""
+
+    obs: Any
+    actions: torch.Tensor
+    old_log_probs: torch.Tensor
+    old_values: torch.Tensor
+    advantages: torch.Tensor
+    returns: torch.Tensor
+    mask: torch.Tensor
+    counts: torch.Tensor
+    action_masks: torch.Tensor | None = None
+    sequences: RecurrentBatch | None = None
+
+
+class PolicyStep(NamedTuple):
+    """What :meth:`PPO.act_population` gives for inputs ``[P, rows, ...]``: raw actions
+    ``[P, rows, ...]``, their log-probabilities and the values ``[P, rows]`` (None when not asked
+    for), the new recurrent state (groups of one) and the action distribution."""
+
+    action: torch.Tensor
+    log_prob: torch.Tensor
+    value: torch.Tensor | None
+    hidden: HiddenStates | None
+    distribution: Any
+
+
+def _numpy(tensor: torch.Tensor) -> np.ndarray:
+    """A float32 array of `tensor`'s entries, flattened."""
+    return tensor.reshape(-1).cpu().numpy().astype(np.float32)
+
+
+class _MemberRows:
+    """The learning members' rollouts flattened to rows and stacked ``[P, rows, ...]`` (zero-padded
+    to the longest; an idle member's rows stay empty), from which minibatches are gathered."""
+
+    def __init__(self, group: MemberGroup, buffers: Sequence[RolloutBuffer | None]) -> None:
+        first = cast("PPO", group.members[0])
+        self.device = group.device
+        self.size = len(buffers)
+        counts = [0 if buffer is None else buffer.size * buffer.num_envs for buffer in buffers]
+        self.rows = max(counts)
+
+        present = [buffer is not None for buffer in buffers]
+
+        def stacked(field: Any) -> Any:
+            parts = [None if buffer is None else field(buffer) for buffer in buffers]
+            like = next(part for part in parts if part is not None)
+            filled = [like if part is None else part for part in parts]
+            return map_tree(lambda *leaves: self._stack(list(leaves), present), filled[0], *filled[1:])
+
+        self.obs = stacked(lambda b: map_tree(lambda leaf: leaf[: b.size].flatten(0, 1), b.observations))
+        self.actions = stacked(lambda b: first._flat_action(b.actions[: b.size].flatten(0, 1),
+                                                            torch.Size([b.size * b.num_envs])))
+        self.scalars = stacked(lambda b: torch.stack([b.log_probs[: b.size], b.values[: b.size], b.advantages[: b.size],
+                                                      b.returns[: b.size]], dim=-1).flatten(0, 1))
+        masked = [buffer is not None and buffer.action_masks is not None for buffer in buffers]
+        self.masks = None
+        if any(masked):
+            width = next(b.action_masks.shape[-1] for b, on in zip(buffers, masked, strict=True) if on and b is not None
+                         and b.action_masks is not None)
+            self.masks = torch.ones(self.size, self.rows, width, dtype=torch.bool, device=self.device)
+            for slot, buffer in enumerate(buffers):
+                if buffer is not None and buffer.action_masks is not None:
+                    self.masks[slot, : counts[slot]] = buffer.action_masks[: buffer.size].flatten(0, 1)
+
+    def _stack(self, leaves: list[torch.Tensor], present: list[bool]) -> torch.Tensor:
+        """One leaf of every member ``[rows_p, ...]`` as ``[P, rows, ...]`` (a view when ``P = 1``)."""
+        if self.size == 1:
+            return leaves[0].unsqueeze(0)
+        out = leaves[0].new_zeros(self.size, self.rows, *leaves[0].shape[1:])
+        for slot, (leaf, here) in enumerate(zip(leaves, present, strict=True)):
+            if here:
+                out[slot, : leaf.shape[0]] = leaf
+        return out
+
+    def minibatch(self, picks: Sequence[np.ndarray]) -> PPOMinibatch:
+        """The members' minibatches of rollout rows `picks` (empty for a member that sits out)."""
+        padded, weights = pad_index_batches(picks)
+        members, width = padded.shape
+        mask = torch.as_tensor(weights > 0, device=self.device).to(torch.float32)
+        flat = torch.as_tensor((padded + np.arange(members)[:, None] * self.rows).reshape(-1), device=self.device)
+
+        def take(stacked: torch.Tensor) -> torch.Tensor:
+            return stacked.flatten(0, 1).index_select(0, flat).unflatten(0, (members, width))
+
+        old_log_probs, old_values, advantages, returns = take(self.scalars).unbind(-1)
+        return PPOMinibatch(obs=map_tree(take, self.obs), actions=take(self.actions), old_log_probs=old_log_probs,
+                            old_values=old_values, advantages=advantages, returns=returns,
+                            mask=mask, counts=mask.sum(dim=1, keepdim=True).clamp(min=1.0),
+                            action_masks=None if self.masks is None else take(self.masks))
 
 
 class PPO(SingleAgentAlgorithm):
@@ -436,29 +530,78 @@ class PPO(SingleAgentAlgorithm):
         MultiDiscrete choices (see :meth:`prepare_action_mask`; ignored for other spaces). `hidden_state` is the recurrent state fed to the policy (zeros
         when None; the caller zeroes it at episode starts, see :meth:`mask_hidden`).
         `deterministic` takes the greedy action (mode / mean). An unbatched observation gets a
-        batch dimension of 1.
+        batch dimension of 1. The ``P = 1`` case of :meth:`act_population`.
         """
-        obs_t = self.preprocess(obs)
         mask = self.prepare_action_mask(action_mask)
+        step = type(self).act_population(self.solo_group(), with_member_axis(self.preprocess(obs)), None,
+                                         None if mask is None else mask.unsqueeze(0), training=not deterministic,
+                                         hidden_state=hidden_state)
         with torch.no_grad():
-            latent, critic_latent, new_hidden = self._encode(obs_t, hidden_state)
-            dist = self.actor.distribution_from_latent(latent, mask)
-            raw = dist.mode() if deterministic else dist.sample()
-            log_prob = dist.log_prob(raw)
-            entropy = dist.entropy()
-            value = self._value_head()(critic_latent).squeeze(-1)
-        lead = latent.shape[:-1]
-        action = raw.reshape(*lead, *self._action_shape()).cpu().numpy()
-        if isinstance(self.action_space, spaces.Discrete | spaces.MultiDiscrete):
-            action = action.astype(np.int64)
-        else:
-            action = action.astype(np.float32)
-        outputs = (action, log_prob.cpu().numpy().astype(np.float32), entropy.cpu().numpy().astype(np.float32),
-                   value.cpu().numpy().astype(np.float32))
+            entropy = step.distribution.entropy()
+        assert step.value is not None
+        outputs = (self.env_actions(step.action), _numpy(step.log_prob), _numpy(entropy), _numpy(step.value))
         if self.recurrent:
-            assert new_hidden is not None
-            return (*outputs, new_hidden)
+            assert step.hidden is not None
+            return (*outputs, step.hidden)
         return outputs
+
+    @classmethod
+    def act_population(cls, group: MemberGroup, inputs: Any, epsilons: Sequence[float | None] | None = None,
+                       action_masks: torch.Tensor | None = None, training: bool = True, *,
+                       hidden_state: HiddenStates | None = None, values: bool = True) -> PolicyStep:
+        """The policy of every member of `group` on network inputs ``[P, rows, ...]``: sampled raw
+        actions (torch's global RNG, one draw for the whole group) or, without `training`, the
+        greedy ones (mode / mean), their log-probabilities and (with `values`) the values, all
+        ``[P, rows, ...]``. `action_masks` ``[P, rows, n]`` (prepared, see :meth:`prepare_action_mask`)
+        restricts discrete choices; `epsilons` is unused (PPO explores by sampling);
+        `hidden_state` is the recurrent state of a group of one."""
+        with torch.no_grad():
+            heads, value, hidden = cls._heads(group, inputs, hidden_state, critic=values)
+            dist = cls._policy(group).distribution_from_head(heads, action_masks)
+            action = dist.sample() if training else dist.mode()
+            return PolicyStep(action, dist.log_prob(action), value, hidden, dist)
+
+    @classmethod
+    def value_population(cls, group: MemberGroup, inputs: Any, hidden_state: HiddenStates | None = None) -> torch.Tensor:
+        """``V(s)`` ``[P, rows]`` of every member of `group` for network inputs ``[P, rows, ...]``."""
+        with torch.no_grad():
+            value = cls._heads(group, inputs, hidden_state, policy=False)[1]
+        assert value is not None
+        return value
+
+    @classmethod
+    def _policy(cls, group: MemberGroup) -> StochasticActor:
+        """The actor whose distributions a group's head outputs parameterise."""
+        return cast(StochasticActor, group.nets["actor"] if group.stacked else group.members[0].actor)
+
+    @classmethod
+    def _heads(cls, group: MemberGroup, inputs: Any, hidden_state: HiddenStates | None = None, *,
+               policy: bool = True, critic: bool = True) -> tuple[torch.Tensor, torch.Tensor | None, HiddenStates | None]:
+        """Policy-head outputs ``[P, rows, n]`` (when `policy`), values ``[P, rows]`` (when `critic`)
+        and the new recurrent state of network inputs ``[P, rows, ...]``: the stacked networks of
+        `group`, or the member's own for a group of one that does not stack (recurrent, Gaussian,
+        convolutional...), run on its rows and given back a member axis of 1."""
+        if group.stacked:
+            actor = group.nets["actor"]
+            latent = actor.encode(inputs)[0]
+            heads = actor.head(latent) if policy else latent
+            if not critic:
+                return heads, None, None
+            separate = group.nets.get("critic")
+            value_head = actor.value_head if separate is None else separate.head
+            critic_latent = latent if separate is None else separate.encode(inputs)[0]
+            return heads, value_head(critic_latent).squeeze(-1), None
+        member = cast(PPO, group.members[0])
+        latent, critic_latent, hidden = member._encode(map_tree(lambda leaf: leaf.squeeze(0), inputs), hidden_state)
+        heads = member.actor.head(latent).unsqueeze(0) if policy else latent
+        value = member._value_head()(critic_latent).squeeze(-1).unsqueeze(0) if critic else None
+        return heads, value, hidden
+
+    def env_actions(self, raw: torch.Tensor) -> np.ndarray:
+        """Raw actions (``[P, rows, ...]`` or ``[rows, ...]``) as :meth:`get_action` returns them,
+        rows flattened member-major: int64 indices for Discrete and MultiDiscrete, float32 otherwise."""
+        discrete = isinstance(self.action_space, spaces.Discrete | spaces.MultiDiscrete)
+        return raw.reshape(-1, *self._action_shape()).cpu().numpy().astype(np.int64 if discrete else np.float32)
 
     def prepare_action_mask(self, action_mask: Any) -> torch.Tensor | None:
         """`action_mask` as the bool tensor the policy applies (on the agent's device), or None.
@@ -484,9 +627,8 @@ class PPO(SingleAgentAlgorithm):
 
     def get_value(self, obs: Any, hidden_state: HiddenStates | None = None) -> np.ndarray:
         """``V(obs)`` float32 ``[N]`` (recurrent: given the state fed at that step)."""
-        with torch.no_grad():
-            _, critic_latent, _ = self._encode(self.preprocess(obs), hidden_state)
-            return self._value_head()(critic_latent).squeeze(-1).cpu().numpy().astype(np.float32)
+        return _numpy(type(self).value_population(self.solo_group(), with_member_axis(self.preprocess(obs)),
+                                                  hidden_state))
 
     def to_env_action(self, action: Any) -> np.ndarray:
         """What the environment receives for raw policy actions: ``start`` added for Discrete and
@@ -533,28 +675,99 @@ class PPO(SingleAgentAlgorithm):
 
         Actions collected under an action mask are re-scored under the same mask (stored in the
         buffer), so masked actions keep zero probability and the ratio compares like with like.
+        The ``P = 1`` case of :meth:`learn_population`, run through the agent's group of one.
         """
-        totals = dict.fromkeys(LOSS_NAMES, 0.0)
-        steps, epochs, stopped = 0, 0, False
-        for network in self.networks:
-            network.train()
-        for _ in range(self.update_epochs):
-            epochs += 1
-            for batch in self._minibatches(buffer):
-                stats = self._update(batch)
-                if stats is None:
-                    stopped = True
-                    break
-                for name in LOSS_NAMES:
-                    totals[name] += stats[name]
-                steps += 1
-            if stopped:
+        stats = type(self).learn_population(self.solo_group(), [buffer], [True])[0]
+        assert stats is not None
+        return stats
+
+    @classmethod
+    def learn_population(cls, group: MemberGroup, batch: Sequence[RolloutBuffer | None],
+                         active: Sequence[bool] | None = None) -> list[dict[str, float] | None]:
+        """The PPO update of every active member of `group` on its own rollout (``batch[p]``,
+        returns and advantages computed; None for an idle member); each member's :meth:`learn`
+        statistics, None for the idle ones.
+
+        Every member keeps its own learning rule: its minibatch order drawn from its own ``rng``
+        as :meth:`learn` draws it, ``update_epochs``, ``batch_size`` (smaller minibatches are
+        padded and weigh nothing), ``clip_coef``, ``ent_coef``, ``vf_coef``, ``max_grad_norm``,
+        ``normalize_advantages``, ``clip_vloss``, learning rate and Adam state, and ``target_kl``
+        (a member whose KL exceeds its target stops and goes idle, the others go on). Each member's
+        gradient steps run back to back across its epochs, so the group takes as many steps as
+        its busiest member. Recurrent members (groups of one) learn from BPTT sequences.
+        """
+        rollouts = list(batch)
+        size = len(group)
+        if len(rollouts) != size:
+            raise ValueError(f"expected {size} rollouts (None for idle members), got {len(rollouts)}")
+        learning = [rollout is not None and (active is None or bool(active[slot])) for slot, rollout in enumerate(rollouts)]
+        if not any(learning):
+            return [None] * size
+        members = cast(list[PPO], group.members)
+        for member, on in zip(members, learning, strict=True):
+            for network in member.networks if on else ():
+                network.train()
+        epochs = [0] * size
+        schedules = [member._schedule(rollout, epochs, slot) if on and rollout is not None else None
+                     for slot, (member, rollout, on) in enumerate(zip(members, rollouts, learning, strict=True))]
+        rows = None if members[0].recurrent else _MemberRows(group, [r if on else None for r, on in
+                                                                    zip(rollouts, learning, strict=True)])
+        running, stopped = list(learning), [False] * size
+        steps = np.zeros(size, dtype=np.int64)
+        totals = torch.zeros(size, len(LOSS_NAMES), device=group.device)
+        targets = [member.target_kl for member in members]
+        while True:
+            picks = [next(schedule, None) if running[slot] and schedule is not None else None
+                     for slot, schedule in enumerate(schedules)]
+            running = [pick is not None for pick in picks]
+            if not any(running):
                 break
-        self.learn_counter += 1
-        result = {name: (value / steps if steps else float("nan")) for name, value in totals.items()}
-        result.update(explained_variance=self._explained_variance(buffer), epochs=float(epochs),
-                      minibatches=float(steps), early_stop=float(stopped))
-        return result
+            if rows is None:
+                minibatch = members[0].minibatch_of(cast(RecurrentBatch, picks[0]))
+            else:
+                minibatch = rows.minibatch([np.zeros(0, np.int64) if pick is None else pick for pick in picks])
+            losses, stats = cls._losses(group, minibatch)
+            stepping = list(running)
+            if any(target is not None for target in targets):
+                kls = stats[:, LOSS_NAMES.index("approx_kl")].tolist()
+                for slot, target in enumerate(targets):
+                    if running[slot] and target is not None and kls[slot] > target:
+                        running[slot] = stepping[slot] = False
+                        stopped[slot] = True
+            if not any(stepping):
+                continue
+            mask = group.flags(stepping)
+            group.step("optimizer", losses * mask.squeeze(1), stepping, group.column("max_grad_norm").squeeze(1))
+            totals += stats.detach() * mask
+            steps += np.asarray(stepping)
+        sums = totals.cpu().tolist()
+        results: list[dict[str, float] | None] = []
+        for slot, (member, rollout) in enumerate(zip(members, rollouts, strict=True)):
+            if not learning[slot] or rollout is None:
+                results.append(None)
+                continue
+            member.learn_counter += 1
+            count = int(steps[slot])
+            result = {name: (sums[slot][i] / count if count else float("nan")) for i, name in enumerate(LOSS_NAMES)}
+            result.update(explained_variance=member._explained_variance(rollout), epochs=float(epochs[slot]),
+                          minibatches=float(count), early_stop=float(stopped[slot]))
+            results.append(result)
+        return results
+
+    def population_key(self) -> str:
+        """Members of one group share encoders or not, recurrence and image scaling."""
+        return f"{super().population_key()}|{self.share_encoders}|{self.recurrent}|{self.normalize_images}"
+
+    def _schedule(self, buffer: RolloutBuffer, epochs: list[int], slot: int) -> Iterator[Any]:
+        """This agent's minibatches over all its epochs, drawn from its ``rng`` as :meth:`learn`
+        draws them: flat row indices, or BPTT sequences when recurrent; ``epochs[slot]`` counts
+        the epochs started."""
+        for _ in range(self.update_epochs):
+            epochs[slot] += 1
+            if self.recurrent:
+                yield from self._minibatches(buffer)
+            else:
+                yield from buffer.minibatch_indices(self.batch_size, self.rng)
 
     def _minibatches(self, buffer: RolloutBuffer) -> Iterator[Batch]:
         """One epoch of minibatches: flat rows, or BPTT sequences when recurrent."""
@@ -567,72 +780,105 @@ class PPO(SingleAgentAlgorithm):
         sequences = max(1, self.batch_size // seq_len)
         yield from buffer.recurrent_minibatches(seq_len, sequences, self.rng, self.bptt_sequence_type)
 
-    def compute_losses(self, batch: Batch) -> dict[str, torch.Tensor]:
-        """The PPO losses of a minibatch under the current networks (with gradients).
+    def minibatch_of(self, batch: Batch) -> PPOMinibatch:
+        """One of this agent's minibatches as the ``P = 1`` :class:`PPOMinibatch`: a flat batch's
+        ``B`` rows all count; of a recurrent batch's ``L x B`` steps (replayed from their stored
+        initial state) those in its ``loss_mask``."""
+        if isinstance(batch, RecurrentBatch):
+            mask = batch.loss_mask.to(torch.float32).reshape(1, -1)
+        else:
+            mask = torch.ones(1, batch.old_log_probs.shape[0], device=batch.old_log_probs.device)
+        lead = batch.old_log_probs.shape
+        masks = batch.action_masks
+        return PPOMinibatch(
+            obs=map_tree(lambda leaf: leaf.unsqueeze(0), batch.obs),
+            actions=self._flat_action(cast(torch.Tensor, batch.actions), lead).reshape(1, lead.numel(), *(
+                () if isinstance(self.action_space, spaces.Discrete) else (-1,))),
+            old_log_probs=batch.old_log_probs.reshape(1, -1), old_values=batch.old_values.reshape(1, -1),
+            advantages=batch.advantages.reshape(1, -1), returns=batch.returns.reshape(1, -1),
+            mask=mask, counts=mask.sum(dim=1, keepdim=True).clamp(min=1.0), action_masks=None if masks is None else masks.reshape(1, lead.numel(), -1),
+            sequences=batch if isinstance(batch, RecurrentBatch) else None)
 
-        Returns ``loss`` (the total to minimise), ``policy_loss`` (clipped surrogate),
-        ``value_loss``, ``entropy`` (mean), and, without gradients, ``approx_kl`` (the
-        ``E[(r - 1) - log r]`` estimate of ``KL(pi_old || pi)``) and ``clip_fraction``.
-        Recurrent batches are weighted by their ``loss_mask``.
-        """
-        log_prob, entropy, value, mask = self.evaluate_batch(batch)
-        advantages = batch.advantages
-        if self.normalize_advantages:
-            selected = advantages[mask] if mask is not None else advantages
-            if selected.numel() > 1:
-                advantages = (advantages - selected.mean()) / (selected.std(correction=0) + 1e-8)
+    @classmethod
+    def _evaluate(cls, group: MemberGroup, minibatch: PPOMinibatch) -> tuple[Any, torch.Tensor]:
+        """The current action distribution and values ``[P, rows]`` of a minibatch (under its
+        stored action masks); recurrent sequences are replayed from their stored initial state
+        (see :meth:`_unroll`)."""
+        sequences = minibatch.sequences
+        if sequences is None:
+            inputs = group.members[0].population_inputs(minibatch.obs)
+            heads, value, _ = cls._heads(group, inputs)
+            assert value is not None
+        else:
+            member = cast(PPO, group.members[0])
+            latent, critic_latent = member._unroll(member.preprocess(sequences.obs), sequences.initial_hidden,
+                                                   sequences.episode_starts)
+            rows = latent.shape[0] * latent.shape[1]
+            heads = member.actor.head(latent).reshape(1, rows, -1)
+            value = member._value_head()(critic_latent).reshape(1, rows)
+        return cls._policy(group).distribution_from_head(heads, minibatch.action_masks), value
 
-        log_ratio = log_prob - batch.old_log_probs
+    @classmethod
+    def _losses(cls, group: MemberGroup, minibatch: PPOMinibatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """The PPO loss of every member's minibatch: the losses ``[P]`` to minimise and the
+        statistics ``[P, 6]`` in ``LOSS_NAMES`` order (``approx_kl``, the ``E[(r - 1) - log r]``
+        estimate of ``KL(pi_old || pi)``, and ``clip_fraction`` without gradients).
+
+        Means over a member's rows are sums over ``minibatch.mask`` divided by ``minibatch.counts``,
+        so padding and idle members weigh nothing."""
+        dist, value = cls._evaluate(group, minibatch)
+        mask, counts = minibatch.mask, minibatch.counts
+        advantages = minibatch.advantages
+        normalize = group.column("normalize_advantages", torch.bool)
+        if any(member.normalize_advantages for member in group.members):
+            # standardised over each member's own minibatch (population std), when it has 2+ rows
+            mean = (advantages * mask).sum(dim=1, keepdim=True) / counts
+            centered = advantages - mean
+            std = ((centered.square() * mask).sum(dim=1, keepdim=True) / counts).sqrt()
+            normalize = normalize & (counts > 1)
+            advantages = torch.where(normalize, centered / (std + 1e-8), advantages)
+
+        log_ratio = dist.log_prob(minibatch.actions) - minibatch.old_log_probs
         ratio = log_ratio.exp()
-        with torch.no_grad():
-            approx_kl = _masked_mean((ratio - 1.0) - log_ratio, mask)
-            clip_fraction = _masked_mean(((ratio - 1.0).abs() > self.clip_coef).float(), mask)
-
+        clip_coef = group.column("clip_coef")
         # Clipped surrogate: the pessimistic (smaller) of the unclipped and clipped objectives.
-        unclipped = ratio * advantages
-        clipped = ratio.clamp(1.0 - self.clip_coef, 1.0 + self.clip_coef) * advantages
-        policy_loss = -_masked_mean(torch.min(unclipped, clipped), mask)
-
+        surrogate = torch.min(ratio * advantages, ratio.clamp(1.0 - clip_coef, 1.0 + clip_coef) * advantages)
         # Value regression towards the returns, optionally clipped around the old values.
-        value_error = (value - batch.returns).pow(2)
-        if self.clip_vloss:
-            value_clipped = batch.old_values + (value - batch.old_values).clamp(-self.clip_coef, self.clip_coef)
-            value_error = torch.max(value_error, (value_clipped - batch.returns).pow(2))
-        value_loss = 0.5 * _masked_mean(value_error, mask)
+        value_error = (value - minibatch.returns).square()
+        if any(member.clip_vloss for member in group.members):
+            old = minibatch.old_values
+            clipped = old + (value - old).clamp(-clip_coef, clip_coef)
+            value_error = torch.where(group.column("clip_vloss", torch.bool),
+                                      torch.max(value_error, (clipped - minibatch.returns).square()), value_error)
+        # [mean surrogate, mean squared error, mean entropy] per member, weighed by
+        # [-1, 0.5 * vf_coef, -ent_coef]: policy_loss + vf_coef * value_loss - ent_coef * entropy.
+        means = (torch.stack([surrogate, value_error, dist.entropy()], dim=-1) * mask.unsqueeze(-1)).sum(dim=1) / counts
+        terms = means * torch.tensor([-1.0, 0.5, 1.0], device=means.device)
+        loss = terms[:, 0] + group.column("vf_coef").squeeze(1) * terms[:, 1] - group.column("ent_coef").squeeze(1) * terms[:, 2]
+        with torch.no_grad():
+            change = ratio - 1.0
+            kl_and_clipped = torch.stack([change - log_ratio, (change.abs() > clip_coef).to(ratio)], dim=-1)
+            kl_and_clipped = (kl_and_clipped * mask.unsqueeze(-1)).sum(dim=1) / counts
+        return loss, torch.cat([loss.unsqueeze(1), terms, kl_and_clipped], dim=1)
 
-        entropy_mean = _masked_mean(entropy, mask)
-        loss = policy_loss + self.vf_coef * value_loss - self.ent_coef * entropy_mean
-        return {"loss": loss, "policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy_mean,
-                "approx_kl": approx_kl, "clip_fraction": clip_fraction}
-
-    def _update(self, batch: Batch) -> dict[str, float] | None:
-        """One gradient step on a minibatch; None (and no step) when its KL exceeds target_kl."""
-        losses = self.compute_losses(batch)
-        if self.target_kl is not None and float(losses["approx_kl"]) > self.target_kl:
-            return None
-        self.optimizer.zero_grad()
-        losses["loss"].backward()
-        params = [p for group in self.optimizer.param_groups for p in group["params"]]
-        nn.utils.clip_grad_norm_(params, self.max_grad_norm)
-        self.optimizer.step()
-        return {name: float(value.detach()) for name, value in losses.items()}
+    def compute_losses(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """The PPO losses of one of this agent's minibatches under the current networks (the
+        ``P = 1`` case of :meth:`_losses`): ``loss`` (the total to minimise), ``policy_loss``
+        (clipped surrogate), ``value_loss``, ``entropy`` (mean), with gradients, and, without,
+        ``approx_kl`` and ``clip_fraction``. Recurrent batches are weighted by their ``loss_mask``."""
+        stats = type(self)._losses(self.solo_group(), self.minibatch_of(batch))[1][0]
+        return {name: stats[index].detach() if name in ("approx_kl", "clip_fraction") else stats[index]
+                for index, name in enumerate(LOSS_NAMES)}
 
     def evaluate_batch(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Current ``log pi(a|s)``, entropy and ``V(s)`` of a minibatch's stored actions (under
-        their stored action masks, if any), and its loss mask (None for flat batches;
-        ``loss_mask`` ``[L, B]`` for recurrent ones, which are replayed from their stored
-        initial state, see :meth:`_unroll`)."""
-        obs = self.preprocess(batch.obs)
-        if isinstance(batch, RecurrentBatch):
-            latent, critic_latent = self._unroll(obs, batch.initial_hidden, batch.episode_starts)
-            mask: torch.Tensor | None = batch.loss_mask
-        else:
-            latent, critic_latent, _ = self._encode(obs, None)
-            mask = None
-        dist = self.actor.distribution_from_latent(latent, batch.action_masks)
-        actions = self._flat_action(batch.actions, latent.shape[:-1])
-        value = self._value_head()(critic_latent).squeeze(-1)
-        return dist.log_prob(actions), dist.entropy(), value, mask
+        their stored action masks, if any), shaped like the batch, and its loss mask (None for
+        flat batches; ``loss_mask`` ``[L, B]`` for recurrent ones)."""
+        minibatch = self.minibatch_of(batch)
+        dist, value = type(self)._evaluate(self.solo_group(), minibatch)
+        lead = batch.old_log_probs.shape
+        mask = batch.loss_mask if isinstance(batch, RecurrentBatch) else None
+        return (dist.log_prob(minibatch.actions).reshape(lead), dist.entropy().reshape(lead), value.reshape(lead), mask)
 
     def _unroll(self, obs: torch.Tensor, initial: HiddenStates, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Replay time-major sequences ``[L, B, ...]``; return actor and critic latents ``[L, B, D]``."""
