@@ -111,7 +111,13 @@ def test_input_gradient_feeds_a_shared_encoder() -> None:
 @pytest.mark.parametrize("activation", ["ReLU", "Sigmoid"])
 def test_members_of_different_widths_stack_padded(activation: str) -> None:
     """Zero-padded members compute, and get the gradients, of themselves alone (padding stays 0)."""
-    from agile_core.networks.stacked import copy_to_members, corner, member_layout, padding_mask
+    from agile_core.networks.stacked import (
+        bind_members,
+        corner,
+        is_bound,
+        member_layout,
+        padding_mask,
+    )
 
     nets = []
     for seed, (grow, shrink) in enumerate([(0, 0), (16, 0), (0, 4)]):
@@ -148,11 +154,12 @@ def test_members_of_different_widths_stack_padded(activation: str) -> None:
             padded = grads[index].clone()
             padded[region] = 0
             assert not padded.any(), name
-    before = [net.state_dict() for net in nets]
-    copy_to_members(stacked, nets)  # round trip: each member gets back exactly its own weights
-    for net, state in zip(nets, before, strict=True):
+    before = [{key: value.clone() for key, value in net.state_dict().items()} for net in nets]
+    bind_members(stacked, nets)  # each member's weights become views of exactly its own corner
+    for index, (net, state) in enumerate(zip(nets, before, strict=True)):
         for key, value in net.state_dict().items():
             assert torch.equal(value, state[key]), key
+            assert is_bound(member_layout(stacked, key)(stacked.get_parameter(key)), net.get_parameter(key), index)
 
 
 def test_a_member_range_computes_those_members_and_fills_their_gradient_rows() -> None:

@@ -21,12 +21,15 @@ def test_inner_sections_take_their_time_from_the_enclosing_one() -> None:
                 time.sleep(0.01)
         time.sleep(0.01)
     summary = profiler.summary()
-    assert summary["env"]["seconds"] == pytest.approx(0.06, abs=0.015)
+    # sleeps may overrun on a busy machine, never undershoot: exclusive time is what remains of
+    # the inclusive time once the inner sections took theirs
+    assert summary["env"]["seconds"] >= 0.06
     assert summary["env"]["calls"] == 2
-    assert summary["evaluate"]["seconds"] == pytest.approx(0.03, abs=0.015)
-    assert summary["evaluate"]["inclusive_seconds"] == pytest.approx(0.09, abs=0.02)
+    assert summary["evaluate"]["seconds"] >= 0.03
+    assert summary["evaluate"]["inclusive_seconds"] == pytest.approx(
+        summary["evaluate"]["seconds"] + summary["env"]["seconds"], abs=2e-3)
     assert summary["evaluate"]["calls"] == 1
-    assert summary["other"]["seconds"] == pytest.approx(0.01, abs=0.01)
+    assert summary["other"]["seconds"] >= 0.01
     assert sum(row["share"] for name, row in summary.items() if name != "total") == pytest.approx(1.0, abs=0.01)
 
 

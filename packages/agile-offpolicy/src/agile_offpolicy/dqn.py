@@ -25,7 +25,12 @@ from gymnasium import spaces
 from gymnasium.vector import VectorEnv
 
 from agile_core.algorithms.base import SingleAgentAlgorithm
-from agile_core.algorithms.group import MemberGroup, PopulationBatch, with_member_axis
+from agile_core.algorithms.group import (
+    MemberGroup,
+    PopulationBatch,
+    forward_with_free_rows,
+    with_member_axis,
+)
 from agile_core.hpo.hyperparameters import HyperparameterConfig
 from agile_core.networks import (
     EvolvableModule,
@@ -223,8 +228,12 @@ class DQN(SingleAgentAlgorithm):
         online = group.nets["actor"]
         obs, next_obs = first.population_inputs(batch.obs), first.population_inputs(batch.next_obs)
         actions = batch.action.long().reshape(*batch.weights.shape, 1) - first.action_start
-        td_target = cls._td_target(group, next_obs, batch.reward, batch.done)
-        q_taken = online(obs).gather(-1, actions).squeeze(-1)
+        if first.double:  # the online network's choice in s' comes from the same call
+            q_values, next_q_online = forward_with_free_rows(online, obs, next_obs)
+        else:
+            q_values, next_q_online = online(obs), None
+        td_target = cls._td_target(group, next_obs, batch.reward, batch.done, next_q_online)
+        q_taken = q_values.gather(-1, actions).squeeze(-1)
         losses = (F.smooth_l1_loss(q_taken, td_target, reduction="none") * batch.weights).sum(dim=1)
         group.step("optimizer", losses, active, cls.max_grad_norm)
         group.soft_update("actor_target", "actor", group.column("tau"), active)
@@ -237,15 +246,20 @@ class DQN(SingleAgentAlgorithm):
         return f"{super().population_key()}|{self.double}|{self.normalize_images}"
 
     @staticmethod
-    def _td_target(group: MemberGroup, next_inputs: Any, rewards: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
+    def _td_target(group: MemberGroup, next_inputs: Any, rewards: torch.Tensor, done: torch.Tensor,
+                   next_q_online: torch.Tensor | None = None) -> torch.Tensor:
         """``r + gamma * (1 - terminated) * Q_target(s', a*)`` ``[P, rows]``, without gradient.
 
-        With double DQN the online network picks ``a* = argmax_a Q_online(s', a)``; otherwise
-        ``a* = argmax_a Q_target(s', a)`` (the classic max over the target network).
+        With double DQN the online network picks ``a* = argmax_a Q_online(s', a)`` (from
+        `next_q_online` when already computed); otherwise ``a* = argmax_a Q_target(s', a)`` (the
+        classic max over the target network).
         """
         with torch.no_grad():
             next_q_target = group.nets["actor_target"](next_inputs)
-            chooser = group.nets["actor"](next_inputs) if group.members[0].double else next_q_target
+            if not group.members[0].double:
+                chooser = next_q_target
+            else:
+                chooser = group.nets["actor"](next_inputs) if next_q_online is None else next_q_online
             next_q = next_q_target.gather(-1, chooser.argmax(dim=-1, keepdim=True)).squeeze(-1)
             return rewards + group.column("gamma") * (1.0 - done) * next_q
 

@@ -10,7 +10,6 @@ hyperparameters. Transitions of all agents go to the shared replay memory in one
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -18,14 +17,19 @@ import numpy as np
 import torch
 from gymnasium.vector import VectorEnv
 
-from agile_core.algorithms.group import MemberGroup, PopulationBatch, group_key, member_rows
+from agile_core.algorithms.group import (
+    MemberGroup,
+    PopulationBatch,
+    make_member_groups,
+    member_rows,
+)
 from agile_core.networks.stacked import NotStackableError
 from agile_core.training import EpsilonSchedule, swap_image_channels
 from agile_core.training.evaluation import evaluate_population_batched
 from agile_core.training.generations import PhaseResult
 from agile_core.training.population import (
     agent_rows,
-    group_by_architecture,
+    log_once,
     pad_index_batches,
     start_population_phase,
 )
@@ -47,34 +51,16 @@ def can_batch(population: Sequence[Any], memory: Any) -> bool:
         for agent in population:
             agent.check_population_support()
     except NotStackableError as error:
-        _say_once(f"population not batched: {error}")
+        log_once(f"population not batched: {error}")
         return False
     return True
-
-
-_SAID: set[str] = set()
-_LOG = logging.getLogger(__name__)
-
-
-def _say_once(message: str) -> None:
-    """Log `message` the first time only (a loop asks before every phase)."""
-    if message not in _SAID:
-        _SAID.add(message)
-        _LOG.warning(message)
 
 
 def make_groups(population: Sequence[Any]) -> Groups:
     """Agents grouped by algorithm, settings and network structure (agents that cannot stack
     with others get groups of their own), each group stacked. Within a group, agents are ordered by
     learn step (stable), so the agents that learn most often are adjacent."""
-    return group_by_architecture(population, _key, MemberGroup, order=lambda agent: agent.learn_step)
-
-
-def _key(agent: Any) -> str:
-    try:
-        return group_key(agent)
-    except NotStackableError:
-        return f"alone:{id(agent)}"
+    return make_member_groups(population, order=lambda agent: agent.learn_step)
 
 
 def sample_padded(memory: ReplayBuffer, members: Sequence[Any], active: Sequence[bool],
@@ -189,11 +175,13 @@ def _learn(population: list[Any], groups: Groups, memory: ReplayBuffer,
             active = [updates[slot] > round_index for slot in slots]
             if not any(active):
                 continue
+            view = group.select(active)  # the members a partial round needs, when they are fewer
+            part = active[view.offset:view.offset + len(view)]
             with PROFILER.sample:
-                batch = sample_padded(memory, group.members, active, group.device)
+                batch = sample_padded(memory, view.members, part, group.device)
             with PROFILER.learn:
-                losses = group.algorithm.learn_population(group, batch, active)
-            for slot, loss in zip(slots, losses, strict=True):
+                losses = group.algorithm.learn_population(view, batch, part)
+            for slot, loss in zip(slots[view.offset:view.offset + len(view)], losses, strict=True):
                 if loss is not None:
                     record_losses(results[slot].losses, loss)
 

@@ -20,7 +20,6 @@ recorded for it.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -29,12 +28,12 @@ import torch
 from gymnasium import spaces
 from gymnasium.vector import VectorEnv
 
-from agile_core.algorithms.group import MemberGroup, group_key, member_rows
+from agile_core.algorithms.group import MemberGroup, make_member_groups, member_rows
 from agile_core.networks.stacked import NotStackableError
 from agile_core.training import EpisodeTracker, swap_image_channels
 from agile_core.training.evaluation import evaluate_population_batched
 from agile_core.training.generations import PhaseResult
-from agile_core.training.population import agent_rows, group_by_architecture, start_population_phase
+from agile_core.training.population import agent_rows, log_once, start_population_phase
 from agile_core.training.profiling import PROFILER
 from agile_onpolicy.ppo import PPO
 from agile_onpolicy.rollout import RolloutBuffer, compute_returns_and_advantages_together
@@ -42,8 +41,6 @@ from agile_onpolicy.rollout import RolloutBuffer, compute_returns_and_advantages
 __all__ = ["can_batch", "collect_and_learn_population", "evaluate_batched", "make_groups"]
 
 Groups = list[tuple[list[int], MemberGroup]]
-_LOG = logging.getLogger(__name__)
-_SAID: set[str] = set()
 
 
 def can_batch(population: Sequence[Any]) -> bool:
@@ -63,9 +60,7 @@ def can_batch(population: Sequence[Any]) -> bool:
             except NotStackableError as error:
                 reason = str(error)
         if reason is not None:
-            if reason not in _SAID:
-                _SAID.add(reason)
-                _LOG.warning("population not batched: %s", reason)
+            log_once(f"population not batched: {reason}")
             return False
     return bool(population)
 
@@ -73,13 +68,7 @@ def can_batch(population: Sequence[Any]) -> bool:
 def make_groups(population: Sequence[PPO]) -> Groups:
     """Agents grouped by settings and network structure (slot order kept within a group), each
     group stacked; agents whose networks do not stack together get groups of their own."""
-    groups: Groups = []
-    for slots, members in group_by_architecture(population, group_key, list):
-        try:
-            groups.append((slots, MemberGroup(members)))
-        except NotStackableError:
-            groups.extend(([slot], MemberGroup([agent])) for slot, agent in zip(slots, members, strict=True))
-    return groups
+    return make_member_groups(population)
 
 
 Outputs = tuple[np.ndarray, ...]

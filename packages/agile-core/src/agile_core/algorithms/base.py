@@ -11,6 +11,7 @@ import copy
 import functools
 import inspect
 from abc import ABC, abstractmethod
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -194,9 +195,14 @@ class EvolvableAlgorithm(ABC):
         return group
 
     def __getstate__(self) -> dict[str, Any]:
-        """Copies and pickles leave the cached group of one behind (it is rebuilt on demand)."""
+        """Copies and pickles leave the cached group of one behind (it is rebuilt on demand) and
+        take optimizer states of their own (a group's members hold views of its moments and share
+        one step counter per member)."""
         state = dict(self.__dict__)
         state.pop("_solo_group", None)
+        for slot in self._optimizers:
+            if slot.attr in state:
+                state[slot.attr] = _unbound_optimizer(state[slot.attr])
         return state
 
     # ------------------------------------------------------------------ cloning and migration
@@ -443,6 +449,15 @@ class LLMAlgorithm(EvolvableAlgorithm):
     def mutate_parameters(self, rng: np.random.Generator, sd: float) -> dict[str, Any] | None:
         """Pretrained weights are not perturbed."""
         return None
+
+
+def _unbound_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    """A shallow copy of `optimizer` whose per-parameter state tensors are its own clones."""
+    twin = copy.copy(optimizer)
+    twin.state = defaultdict(dict, {
+        param: {key: value.clone() if isinstance(value, torch.Tensor) else value for key, value in state.items()}
+        for param, state in optimizer.state.items()})
+    return twin
 
 
 def _owner(cls: type, attribute: str) -> type:

@@ -25,7 +25,7 @@ weights. A single agent learns through a group of one (:meth:`EvolvableAlgorithm
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -33,13 +33,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from agile_core.networks.fused import fuse_stacked_mlps
+from agile_core.networks.fused import fuse_stacked_mlps, gradient_rows
 from agile_core.networks.stacked import (
     FlatParameters,
     NotStackableError,
     bind_members,
     is_bound,
     member_layout,
+    member_range,
     stack_modules,
     structure_key,
 )
@@ -48,7 +49,8 @@ from agile_core.networks.stacked_adam import StackedAdam, clip_flat_grad_norm
 if TYPE_CHECKING:
     from agile_core.algorithms.base import EvolvableAlgorithm
 
-__all__ = ["MemberGroup", "PopulationBatch", "StaleGroupError", "group_key", "member_rows", "with_member_axis"]
+__all__ = ["MemberGroup", "PopulationBatch", "StaleGroupError", "forward_with_free_rows", "group_key", "make_member_groups",
+           "member_rows", "with_member_axis"]
 
 
 class StaleGroupError(RuntimeError):
@@ -105,6 +107,42 @@ def member_rows(obs: Any, members: int) -> Any:
         array = field if isinstance(field, torch.Tensor) else np.asarray(field)
         return array.reshape(members, -1, *array.shape[1:])
     return split(obs)
+
+
+def forward_with_free_rows(network: nn.Module, inputs: Any, free_inputs: Any) -> tuple[Any, Any]:
+    """``(network(inputs), network(free_inputs) without gradient)`` in one call on the rows of both
+    (``[P, rows, ...]`` tensors): fused chains then differentiate only `inputs`' rows."""
+    if not isinstance(inputs, torch.Tensor) or not isinstance(free_inputs, torch.Tensor):
+        with torch.no_grad():
+            free = network(free_inputs)
+        return network(inputs), free
+    rows = inputs.shape[1]
+    with gradient_rows(rows):
+        outputs = network(torch.cat([inputs, free_inputs], dim=1))
+    return outputs[:, :rows], outputs[:, rows:].detach()
+
+
+def make_member_groups(population: Sequence[EvolvableAlgorithm],
+                       order: Callable[[Any], Any] | None = None) -> list[tuple[list[int], MemberGroup]]:
+    """``[(slots, group)]``: the population split into groups by :func:`group_key` (in order of
+    their first slot; within a group slot order, or sorted by ``order(agent)``, stable). Agents
+    with equal keys whose networks still do not stack (convolutions, LSTMs...) get groups of one."""
+    from agile_core.training.population import group_by_architecture
+
+    groups: list[tuple[list[int], MemberGroup]] = []
+    for slots, members in group_by_architecture(population, _key_or_self, list, order=order):
+        try:
+            groups.append((slots, MemberGroup(members)))
+        except NotStackableError:
+            groups.extend(([slot], MemberGroup([member])) for slot, member in zip(slots, members, strict=True))
+    return groups
+
+
+def _key_or_self(agent: EvolvableAlgorithm) -> str:
+    try:
+        return group_key(agent)
+    except NotStackableError:  # a network with no structure key: alone
+        return f"alone:{id(agent)}"
 
 
 def group_key(agent: EvolvableAlgorithm) -> str:
@@ -333,20 +371,78 @@ class MemberGroup:
         """Each member's losses, None for the idle ones."""
         return [loss if on else None for on, loss in zip(active, losses, strict=True)]
 
+    # ------------------------------------------------------------------ member ranges
+    def select(self, active: Sequence[bool]) -> MemberGroup:
+        """The smallest contiguous range of members that holds every active one, as a group of
+        its own sharing this group's tensors (``offset`` is its first member's index here); this
+        group itself when the range is all of it or its stacks cannot be cut (twin-critic stacks,
+        unstacked groups). Callers pass ``active[offset:offset + len(view)]`` with it."""
+        flags = list(active)
+        start = flags.index(True)
+        stop = len(flags) - flags[::-1].index(True)
+        if stop - start == self.size or not self.stacked or any(len(names) > 1 for names in self.stacks.values()):
+            return self
+        view = self._ranges.get((start, stop)) if hasattr(self, "_ranges") else None
+        if view is None:
+            view = _MemberRange(self, start, stop)
+            self.__dict__.setdefault("_ranges", {})[(start, stop)] = view
+        return view
+
+    offset = 0
+
+
+class _MemberRange(MemberGroup):
+    """Members ``start:stop`` of a stacked group: range views of its stacked networks; steps and
+    target updates go through the whole group's optimizers with the other members idle."""
+
+    def __init__(self, whole: MemberGroup, start: int, stop: int) -> None:
+        self.whole, self.offset = whole, start
+        self.members = whole.members[start:stop]
+        self.algorithm, self.device, self.size = whole.algorithm, whole.device, stop - start
+        self.stacks, self.stacked = whole.stacks, True
+        self.nets = {stack: member_range(net, start, stop) for stack, net in whole.nets.items()}
+        self._columns = {}
+
+    def _whole_active(self, active: Sequence[bool]) -> list[bool]:
+        flags = [False] * self.whole.size
+        flags[self.offset:self.offset + self.size] = list(active)
+        return flags
+
+    def column(self, name: str, dtype: torch.dtype = torch.float32, repeat: int = 1) -> torch.Tensor:
+        """The whole group's column, these members' rows."""
+        return self.whole.column(name, dtype)[self.offset:self.offset + self.size]
+
+    def is_current(self) -> bool:
+        return self.whole.is_current()
+
+    def step(self, optimizer: str, losses: torch.Tensor, active: Sequence[bool],
+             max_grad_norm: float | torch.Tensor | None = None) -> None:
+        padded = losses.new_zeros(self.whole.size)
+        padded[self.offset:self.offset + self.size] = losses
+        if isinstance(max_grad_norm, torch.Tensor) and max_grad_norm.numel() == self.size:
+            full = max_grad_norm.new_ones(self.whole.size)
+            full[self.offset:self.offset + self.size] = max_grad_norm.reshape(-1)
+            max_grad_norm = full
+        self.whole.step(optimizer, padded, self._whole_active(active), max_grad_norm)
+
+    def soft_update(self, target: str, online: str, tau: torch.Tensor, active: Sequence[bool]) -> None:
+        full = self.whole.column("tau").new_zeros(self.whole.size, 1)
+        full[self.offset:self.offset + self.size] = tau
+        self.whole.soft_update(target, online, full, self._whole_active(active))
+
+    def select(self, active: Sequence[bool]) -> MemberGroup:
+        return self
+
 
 class _UnitStack(nn.Module):
     """A member's own network(s) taking and giving a leading member axis of 1 (``K`` networks:
-    inputs ``[K, rows, ...]``, row ``k`` to network ``k``), for groups of one that cannot stack."""
+    inputs ``[K, rows, ...]``, row ``k`` to network ``k``), for groups of one that cannot stack.
+    Only ``forward`` is translated: other methods of the networks are not reachable through it
+    (they would see the member axis as a batch axis)."""
 
     def __init__(self, networks: Sequence[nn.Module]) -> None:
         super().__init__()
         self.networks = nn.ModuleList(networks)
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return super().__getattr__(name)
-        except AttributeError:
-            return getattr(self._modules["networks"][0], name)  # type: ignore[index]
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if len(self.networks) == 1:

@@ -71,11 +71,14 @@ class DeterministicActor(EvolvableNetwork):
 
     def forward(self, obs: Observation, hidden_state: HiddenState | None = None) -> Any:
         """Actions within the bounds (plus the new hidden state when recurrent)."""
-        latent, hidden = self.encode(obs, hidden_state)
-        squashed = self.head(latent)
+        if self.recurrent:
+            latent, hidden = self.encode(obs, hidden_state)
+            squashed = self.head(latent)
+        else:
+            squashed, hidden = self.head_of_latent(obs), None
         action = self.action_low + (squashed + 1.0) * 0.5 * (self.action_high - self.action_low)
         action = torch.minimum(torch.maximum(action, self.action_low), self.action_high)
-        return self._with_hidden(action.reshape(*latent.shape[:-1], *self.action_shape), hidden)
+        return self._with_hidden(action.reshape(*squashed.shape[:-1], *self.action_shape), hidden)
 
 
 class StochasticActor(EvolvableNetwork):

@@ -24,7 +24,9 @@ Private kernels: the row normalisation uses ``torch.native_group_norm`` (tested 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -40,7 +42,7 @@ from agile_core.networks.stacked import (
     normalise_member_units,
 )
 
-__all__ = ["ACTIVATIONS", "FusedMLPChain", "Tape", "fuse_stacked_mlps"]
+__all__ = ["ACTIVATIONS", "FusedMLPChain", "Tape", "fuse_stacked_mlps", "gradient_rows"]
 
 aten = torch.ops.aten
 _LAYER_NORM_BACKWARD = aten.native_layer_norm_backward.default
@@ -188,6 +190,7 @@ class FusedMLPChain:
         self.num_inputs = int(getattr(first, "num_inputs", 0))
         self.layers = [layer for mlp in mlps for layer in _layers_of(mlp)]
         self._ranges: dict[tuple[int, int], FusedMLPChain] = {}
+        self._root = self  # whose parameters say whether the chain trains (a member range's parent)
         # A leaf that requires grad, so autograd runs the chain's backward even for inputs that do not.
         self._anchor = torch.zeros((), requires_grad=True)
 
@@ -208,13 +211,18 @@ class FusedMLPChain:
         """Outputs ``[P, rows, out]`` of inputs ``[P, rows, *input_shape]`` as one autograd
         function: when gradients are enabled and the chain is trained, backward accumulates the
         parameter gradients into their ``.grad`` and passes the input gradient on."""
+        grad_rows = _GRAD_ROWS.get()
         if len(self.input_shape) == 1 and x.dim() != 3:  # [P, *batch, in]: rows flattened and restored
-            out = self(x.reshape(x.shape[0], -1, x.shape[-1]))
+            token = _GRAD_ROWS.set(None)
+            try:
+                out = self(x.reshape(x.shape[0], -1, x.shape[-1]))
+            finally:
+                _GRAD_ROWS.reset(token)
             return out.reshape(*x.shape[:-1], out.shape[-1])
-        trains = self.layers[0].weight.requires_grad
+        trains = self._root.layers[0].weight.requires_grad
         if not torch.is_grad_enabled() or not (trains or x.requires_grad):
             return self.forward(x)
-        return _FusedChainFunction.apply(x, self, trains, self._anchor)
+        return _FusedChainFunction.apply(x, self, trains, grad_rows, self._anchor)
 
     def forward(self, x: torch.Tensor, tape: Tape | None = None) -> torch.Tensor:
         """Outputs ``[P, rows, out]`` of inputs ``[P, rows, *input_shape]`` (no autograd graph);
@@ -352,25 +360,61 @@ class _FusedChainFunction(torch.autograd.Function):
     """A fused chain as one node of an autograd graph (see :meth:`FusedMLPChain.__call__`)."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, chain: FusedMLPChain, trains: bool, anchor: torch.Tensor) -> torch.Tensor:
+    def forward(ctx: Any, x: torch.Tensor, chain: FusedMLPChain, trains: bool, rows: int | None,
+                anchor: torch.Tensor) -> torch.Tensor:
         tape: Tape = []
         out = chain.forward(x, tape)
-        ctx.chain, ctx.tape, ctx.trains, ctx.input_shape = chain, tape, trains, x.shape
+        ctx.chain, ctx.tape, ctx.trains, ctx.rows, ctx.input_shape = chain, tape, trains, rows, x.shape
         return out
 
     @staticmethod
-    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[torch.Tensor | None, None, None, None]:
+    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[torch.Tensor | None, None, None, None, None]:
         chain: FusedMLPChain = ctx.chain
-        input_grad = chain.backward(ctx.tape, grad_output, input_grad=bool(ctx.needs_input_grad[0]),
+        rows = ctx.rows
+        if rows is not None:
+            grad_output = grad_output[:, :rows]
+        input_grad = chain.backward(ctx.tape, grad_output, rows, input_grad=bool(ctx.needs_input_grad[0]),
                                     params=ctx.trains)
         ctx.tape = None
-        return (None if input_grad is None else input_grad.reshape(ctx.input_shape)), None, None, None
+        if input_grad is not None and rows is not None:
+            input_grad = torch.cat([input_grad, input_grad.new_zeros(input_grad.shape[0],
+                                                                     ctx.input_shape[1] - rows, *input_grad.shape[2:])],
+                                   dim=1)
+        return (None if input_grad is None else input_grad.reshape(ctx.input_shape)), None, None, None, None
+
+
+_GRAD_ROWS: ContextVar[int | None] = ContextVar("agile_gradient_rows", default=None)
+
+
+@contextmanager
+def gradient_rows(rows: int) -> Iterator[None]:
+    """Within this block, fused chains differentiate only the first `rows` rows of their inputs
+    ``[P, rows_total, ...]``: the caller promises to use the other rows' outputs without gradient
+    (e.g. a learner's batch and the next observations it bootstraps from, in one call)."""
+    token = _GRAD_ROWS.set(rows)
+    try:
+        yield
+    finally:
+        _GRAD_ROWS.reset(token)
 
 
 def fuse_stacked_mlps(stacked: nn.Module) -> int:
     """Make every stacked :class:`EvolvableMLP` inside `stacked` run as a :class:`FusedMLPChain`
-    (those with a layer the chain does not know stay as they are); return how many were fused."""
+    (those with a layer the chain does not know stay as they are), and every feed-forward
+    stacked network's MLP encoder and each head run as one chain in ``head_of_latent``; return
+    how many MLPs were fused."""
+    from agile_core.networks.network import EvolvableNetwork
+
     fused = 0
+    for module in stacked.modules():
+        if isinstance(module, EvolvableNetwork) and not module.recurrent and isinstance(module.encoder, EvolvableMLP):
+            heads = {}
+            for name in module.head_names:
+                try:
+                    heads[name] = FusedMLPChain([module.encoder, getattr(module, name)])
+                except NotStackableError:
+                    continue
+            object.__setattr__(module, "agile_fused_heads", heads)
     for module in stacked.modules():
         if isinstance(module, EvolvableMLP) and "agile_fused" not in module.__dict__:
             try:

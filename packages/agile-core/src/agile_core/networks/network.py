@@ -121,6 +121,14 @@ class EvolvableNetwork(EvolvableModule):
             return self.encoder(obs, hidden_state)
         return self.encoder(obs), None
 
+    def head_of_latent(self, obs: Observation, head: str = "head") -> torch.Tensor:
+        """``head(encoder(obs))`` for a feed-forward network; a stacked network whose encoder and
+        head fuse runs them as one chain (see :func:`~agile_core.networks.fused.fuse_stacked_mlps`)."""
+        chain = self.__dict__.get("agile_fused_heads", {}).get(head)
+        if chain is not None:
+            return chain(obs)
+        return getattr(self, head)(self.encode(obs)[0])
+
     def _with_hidden(self, outputs: Any, hidden: HiddenState | None) -> Any:
         """Append the hidden state to the outputs of a recurrent network."""
         if not self.recurrent:

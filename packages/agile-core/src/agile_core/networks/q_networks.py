@@ -50,6 +50,8 @@ class QNetwork(EvolvableNetwork):
 
     def forward(self, obs: Observation, hidden_state: HiddenState | None = None) -> Any:
         """Q values ``[..., num_actions]`` (plus the new hidden state when recurrent)."""
+        if not self.recurrent:
+            return self.head_of_latent(obs)
         latent, hidden = self.encode(obs, hidden_state)
         return self._with_hidden(self.head(latent), hidden)
 

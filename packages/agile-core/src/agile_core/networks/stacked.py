@@ -43,6 +43,7 @@ __all__ = [
     "is_bound",
     "member_layout",
     "member_parameters",
+    "member_range",
     "normalise_member_units",
     "padding_mask",
     "stack_modules",
@@ -495,3 +496,38 @@ def padding_mask(stacked: nn.Module, members: Sequence[nn.Module], flat: FlatPar
             if target is not None:
                 view[member][corner(target.shape)] = 1.0
     return None if bool(mask.all()) else mask
+
+
+def member_range(stacked: nn.Module, start: int, stop: int) -> nn.Module:
+    """Members ``start:stop`` of a stacked module as a module of their own (inputs
+    ``[stop - start, ...]``) whose parameters are views of the stacked ones: it follows their
+    updates, and its gradients accumulate into those members' rows of the stacked gradients."""
+    def view(tensor: torch.Tensor | None) -> torch.Tensor | None:
+        if tensor is None:
+            return None
+        part = tensor.detach()[start:stop]
+        if tensor.requires_grad:
+            part.requires_grad_(True)
+            if tensor.grad is not None:
+                part.grad = tensor.grad[start:stop]
+        return part
+
+    def copy_tree(module: nn.Module) -> nn.Module:
+        per_member = isinstance(module, StackedLinear | StackedLayerNorm | StackedDenseBlock)
+        if not per_member and not module._modules:
+            return module  # stateless
+        clone = copy.copy(module)
+        clone.__dict__ = dict(module.__dict__)
+        if per_member:
+            clone._parameters = {name: view(param) for name, param in module._parameters.items()}  # type: ignore[misc]
+            clone._buffers = {name: view(buffer) for name, buffer in module._buffers.items()}
+        clone._modules = {name: None if child is None else copy_tree(child) for name, child in module._modules.items()}
+        fused = module.__dict__.get("agile_fused")
+        if fused is not None:
+            clone.__dict__["agile_fused"] = fused.members(start, stop)
+        heads = module.__dict__.get("agile_fused_heads")
+        if heads is not None:
+            clone.__dict__["agile_fused_heads"] = {name: chain.members(start, stop) for name, chain in heads.items()}
+        return clone
+
+    return copy_tree(stacked)

@@ -10,17 +10,17 @@ sizes as one padded ``[P, width]`` block with loss weights.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
 
-from agile_core.networks.stacked import NotStackableError
 from agile_core.training.envs import swap_image_channels
 from agile_core.training.episodes import EpisodeTracker
 from agile_core.training.profiling import PROFILER
 
-__all__ = ["agent_rows", "all_stackable", "group_by_architecture", "pad_index_batches", "start_population_phase"]
+__all__ = ["agent_rows", "group_by_architecture", "log_once", "pad_index_batches", "start_population_phase"]
 
 GroupT = TypeVar("GroupT")
 
@@ -40,17 +40,15 @@ def group_by_architecture(population: Sequence[Any], key: Callable[[Any], str],
     return [(slots, build([population[slot] for slot in slots])) for slots in groups]
 
 
-def all_stackable(population: Sequence[Any], agent_type: type, build: Callable[[list[Any]], Any]) -> bool:
-    """Whether every agent is exactly `agent_type` and `build([agent])` can stack its networks
-    (``NotStackableError`` otherwise): the condition of a batched phase."""
-    try:
-        for agent in population:
-            if type(agent) is not agent_type:
-                return False
-            build([agent])
-    except NotStackableError:
-        return False
-    return True
+_LOGGED: set[str] = set()
+
+
+def log_once(message: str) -> None:
+    """Log `message` as a warning the first time only (loops ask before every phase why they
+    cannot batch; the user should hear it once)."""
+    if message not in _LOGGED:
+        _LOGGED.add(message)
+        logging.getLogger("agile.population").warning(message)
 
 
 def agent_rows(slots: Sequence[int], per_agent: int) -> np.ndarray:
