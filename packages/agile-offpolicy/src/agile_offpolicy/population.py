@@ -87,9 +87,10 @@ def _act(groups: Groups, obs: Any, epsilons: Sequence[float], num_envs: int, mas
     for slots, group in groups:
         whole = len(groups) == 1 and slots == list(range(agents))
         rows = None if whole else agent_rows(slots, num_envs)
-        chosen = _group_act(group, obs if whole else _take(obs, rows), [epsilons[slot] for slot in slots],
-                            None if masks is None else (masks if whole else masks[rows]), training)
-        if whole:
+        part_obs = obs if rows is None else _take(obs, rows)
+        part_masks = None if masks is None else (masks if rows is None else masks[rows])
+        chosen = _group_act(group, part_obs, [epsilons[slot] for slot in slots], part_masks, training)
+        if rows is None:
             return chosen
         if actions is None:
             actions = np.empty((agents * num_envs, *chosen.shape[1:]), dtype=chosen.dtype)

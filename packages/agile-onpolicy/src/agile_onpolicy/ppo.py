@@ -582,15 +582,16 @@ class PPO(SingleAgentAlgorithm):
         `group`, or the member's own for a group of one that does not stack (recurrent, Gaussian,
         convolutional...), run on its rows and given back a member axis of 1."""
         if group.stacked:
-            actor = group.nets["actor"]
+            actor = cast(StochasticActor, group.nets["actor"])
+            separate = cast(ValueNetwork | None, group.nets.get("critic"))
+            if separate is not None:  # encoder and head of each network as one (fused) chain
+                heads = actor.head_of_latent(inputs) if policy else actor.encode(inputs)[0]
+                return heads, separate.head_of_latent(inputs).squeeze(-1) if critic else None, None
             latent = actor.encode(inputs)[0]
             heads = actor.head(latent) if policy else latent
             if not critic:
                 return heads, None, None
-            separate = group.nets.get("critic")
-            value_head = actor.value_head if separate is None else separate.head
-            critic_latent = latent if separate is None else separate.encode(inputs)[0]
-            return heads, value_head(critic_latent).squeeze(-1), None
+            return heads, cast(SharedActorCritic, actor).value_head(latent).squeeze(-1), None
         member = cast(PPO, group.members[0])
         latent, critic_latent, hidden = member._encode(map_tree(lambda leaf: leaf.squeeze(0), inputs), hidden_state)
         heads = member.actor.head(latent).unsqueeze(0) if policy else latent

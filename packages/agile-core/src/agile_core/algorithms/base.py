@@ -152,11 +152,11 @@ class EvolvableAlgorithm(ABC):
         raise NotImplementedError(f"{cls.__name__} has no population-shaped learning step")
 
     @classmethod
-    def act_population(cls, group: MemberGroup, inputs: Any, epsilons: Sequence[float | None],
-                       action_masks: Sequence[Any] | None = None, training: bool = True) -> Any:
-        """The algorithm's acting rule for a group: env actions ``[P * rows, ...]`` (member-major)
-        for network inputs ``[P, rows, ...]``, each member exploring its own way (`epsilons`,
-        `action_masks` per member); greedy without `training`."""
+    def act_population(cls, group: MemberGroup, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+        """The algorithm's acting rule for a group, for network inputs ``[P, rows, ...]``, each
+        member exploring its own way; a single agent's ``get_action`` is its ``P = 1`` case.
+        Off-policy algorithms take ``(epsilons, action_masks=None, training=True)`` per member and
+        give env actions ``[P * rows, ...]``; each paradigm's loop documents what it passes."""
         raise NotImplementedError(f"{cls.__name__} has no population-shaped acting rule")
 
     def population_stacks(self) -> dict[str, tuple[str, ...]]:

@@ -188,11 +188,17 @@ class MemberGroup:
         if len({member.population_key() for member in members}) != 1:
             raise NotStackableError(f"the {algorithm.__name__} members differ in settings a group must share")
         first.check_population_support()
-        self.members = list(members)
-        self.algorithm = algorithm
+        self.members: list[Any] = list(members)  # one algorithm's agents, read through its own attributes
+        self.algorithm: type[Any] = algorithm
         self.device = first.device
         self.size = len(members)
         self.stacks = dict(first.population_stacks())
+        self.nets: dict[str, nn.Module] = {}
+        self.optimizers: dict[str, StackedAdam] = {}
+        self.frozen: dict[str, FlatParameters] = {}
+        self._optimizer_stacks: dict[str, list[str]] = {}
+        self._bindings: list[_Binding] = []
+        self._unit_modules: dict[str, nn.Module] = {}
         self._columns: dict[tuple[str, int], tuple[tuple[Any, ...], torch.Tensor]] = {}
         self._optimizer_objects = [(member, slot.attr, getattr(member, slot.attr))
                                    for slot in first._optimizers for member in members]
@@ -211,22 +217,16 @@ class MemberGroup:
         self.stacked = False
         member = self.members[0]
         self.nets = {stack: _UnitStack([getattr(member, name) for name in names]) for stack, names in self.stacks.items()}
-        self.optimizers = {}
-        self._optimizer_stacks = {}
-        self._bindings = []
         self._unit_modules = {name: getattr(member, name) for names in self.stacks.values() for name in names}
 
     def _stack(self, fused: bool) -> None:
         members, first = self.members, self.members[0]
         stack_of = {name: stack for stack, names in self.stacks.items() for name in names}
-        self.nets: dict[str, nn.Module] = {}
         self._modules: dict[str, list[nn.Module]] = {}
         for stack, names in self.stacks.items():
             modules = [getattr(member, name) for name in names for member in members]
             self.nets[stack] = stack_modules(modules)
             self._modules[stack] = modules
-        self.optimizers: dict[str, StackedAdam] = {}
-        self._optimizer_stacks: dict[str, list[str]] = {}
         for slot in first._optimizers:
             stacks = list(dict.fromkeys(stack_of[name] for name in slot.networks))
             repeats = {len(self.stacks[stack]) for stack in stacks}
@@ -238,7 +238,6 @@ class MemberGroup:
             self.optimizers[slot.attr] = StackedAdam(learner, member_nets, optimizers)
             self._optimizer_stacks[slot.attr] = stacks
         trained = {stack for stacks in self._optimizer_stacks.values() for stack in stacks}
-        self.frozen: dict[str, FlatParameters] = {}
         for stack, net in self.nets.items():
             if stack not in trained:
                 net.requires_grad_(False)
@@ -401,6 +400,7 @@ class _MemberRange(MemberGroup):
         self.algorithm, self.device, self.size = whole.algorithm, whole.device, stop - start
         self.stacks, self.stacked = whole.stacks, True
         self.nets = {stack: member_range(net, start, stop) for stack, net in whole.nets.items()}
+        self.optimizers, self.frozen = whole.optimizers, whole.frozen
         self._columns = {}
 
     def _whole_active(self, active: Sequence[bool]) -> list[bool]:

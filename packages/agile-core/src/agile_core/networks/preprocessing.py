@@ -79,7 +79,7 @@ def preprocess_population_observation(space: spaces.Space, obs: Any, device: tor
             return leading(next(iter(field.values())))
         if isinstance(field, tuple):
             return leading(field[0])
-        return tuple(field.shape[:2])  # type: ignore[return-value]
+        return tuple(field.shape[:2])
 
     def flat(field: Any) -> Any:
         if isinstance(field, Mapping):
