@@ -187,3 +187,48 @@ def test_a_member_range_computes_those_members_and_fills_their_gradient_rows() -
         for param in fused.parameters():
             param.mul_(0.5)
     assert torch.allclose(part.forward(x[1:3]), chain.forward(x)[1:3], atol=1e-6)
+
+
+def test_public_fallbacks_of_the_private_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without torch's private fused Adam and group norm kernels the same numbers come out."""
+    import agile_core.networks.fused as fused_module
+    import agile_core.networks.stacked_adam as adam_module
+    from agile_core.networks.stacked_adam import StackedAdam
+
+    x = torch.randn(3, 9, 6)
+    for eps in (1e-5, 1e-3):
+        expected = fused_module._normalise_rows(x, eps)
+        monkeypatch.setattr(fused_module, "_GROUP_NORM", None)
+        for got, want in zip(fused_module._normalise_rows(x, eps), expected, strict=True):
+            assert torch.allclose(got, want, atol=1e-5)
+        monkeypatch.undo()
+
+    def trained(private: bool) -> list[torch.Tensor]:
+        if not private:
+            monkeypatch.setattr(adam_module, "_FUSED_ADAM", None)
+        torch.manual_seed(0)
+        nets = [EvolvableMLP(4, 2, hidden_size=[8]) for _ in range(2)]
+        optimizers = [torch.optim.Adam(net.parameters(), lr=lr) for net, lr in zip(nets, (1e-2, 3e-3), strict=True)]
+        stacked = stack_modules(nets)
+        adam = StackedAdam(stacked, nets, optimizers)
+        for _ in range(3):
+            adam.zero_grad()
+            stacked(torch.randn(2, 5, 4)).square().sum().backward()
+            adam.step([True, False] if _ == 1 else None)
+        monkeypatch.undo()
+        return [param.detach().clone() for net in nets for param in net.parameters()]
+
+    for a, b in zip(trained(True), trained(False), strict=True):
+        assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_importing_the_packages_leaves_warning_filters_alone() -> None:
+    """Our modules add no global warning filter (the third-party ones they import may)."""
+    import subprocess
+    import sys
+
+    code = ("import warnings, torch, torch.optim, numpy, gymnasium; before = list(warnings.filters); "
+            "import agile_core.algorithms.group, agile_core.networks.stacked, agile_core.networks.fused, "
+            "agile_offpolicy.dqn, agile_onpolicy.ppo; "
+            "assert list(warnings.filters) == before, [f for f in warnings.filters if f not in before]")
+    subprocess.run([sys.executable, "-W", "default", "-c", code], check=True)

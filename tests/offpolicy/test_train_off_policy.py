@@ -294,3 +294,19 @@ def test_dqn_population_solves_cartpole_within_100k_steps_per_agent() -> None:
     print(f"CartPole DQN: {best.steps} env steps per agent, {elapsed:.0f} s, best greedy return {score:.1f}")
     assert best.steps <= 100_000
     assert score >= 475.0
+
+
+def test_documented_epsilon_defaults_are_the_loop_defaults() -> None:
+    """The manifest reference states the defaults the off-policy loop uses when a manifest leaves
+    `eps_start`, `eps_end` or `eps_decay` out."""
+    import inspect
+    import re
+
+    from agile_core.specs.training import TrainingSpec
+
+    signature = inspect.signature(train_off_policy)
+    for name in ("eps_start", "eps_end", "eps_decay"):
+        description = TrainingSpec.model_fields[name].description or ""
+        documented = re.search(r"default ([0-9.]+)", description)
+        assert documented, f"{name} documents no default"
+        assert float(documented.group(1)) == signature.parameters[name].default, name

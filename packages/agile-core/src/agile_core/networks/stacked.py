@@ -15,7 +15,7 @@ tensor, layer norms normalise over each member's own units only, and the padding
 zero through forward passes, gradients (masked, see :func:`padding_mask`) and Adam updates, so
 every member computes what it computes alone. Networks with layers that have no population version here (convolutions,
 LSTMs, noisy layers, PReLU) raise :class:`NotStackableError` and callers fall back to running the
-members one by one. ``copy_to_members`` writes the stacked weights back.
+members one by one. :func:`bind_members` makes the members' parameters views of the stacked ones.
 """
 
 from __future__ import annotations

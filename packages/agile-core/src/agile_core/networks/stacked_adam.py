@@ -9,7 +9,7 @@ step (``active`` false) keep their parameters and moments unchanged, exactly as 
 not been called. Each member's learning rate is read from its optimizer at every step, so a
 learning-rate mutation takes effect at once.
 
-The update uses PyTorch's fused Adam kernel (``torch._fused_adam_``, tested with torch 2.9-2.14)
+The update uses PyTorch's fused Adam kernel (``torch._fused_adam_``, tested with torch 2.14)
 where this torch has it, and the same arithmetic in public tensor operations where it does not.
 """
 

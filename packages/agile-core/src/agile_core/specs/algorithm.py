@@ -38,6 +38,13 @@ class AlgorithmSpec(Spec):
         return str(args[0]) if args else cls.__name__.removesuffix("Spec")
 
     @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        """Every hyperparameter's default (without `name`): the one home of an algorithm's
+        defaults, which its constructor's keyword defaults are read from."""
+        return {field_name: info.get_default(call_default_factory=True)
+                for field_name, info in cls.model_fields.items() if field_name != "name"}
+
+    @classmethod
     def numeric_hyperparameters(cls) -> dict[str, type]:
         """Every int or float hyperparameter (bool excluded), with its numeric type."""
         found: dict[str, type] = {}

@@ -95,9 +95,9 @@ class TrainingSpec(Spec):
     eps_start: Probability | None = None
     """Initial epsilon of epsilon-greedy exploration (DQN-style algorithms; default 1.0)."""
     eps_end: Probability | None = None
-    """Final epsilon (default 0.1)."""
+    """Final epsilon (DQN-style algorithms; default 0.01)."""
     eps_decay: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
-    """Multiplicative epsilon decay per vector step (default 0.995)."""
+    """Multiplicative epsilon decay per vector step (DQN-style algorithms; default 0.999)."""
     checkpoint_steps: PositiveInt | None = None
     """Save a population checkpoint every this many steps per agent (off when null)."""
     checkpoint_path: str | None = None
