@@ -5,6 +5,7 @@ One JSON line per case, so runs can be compared over time:
     OMP_NUM_THREADS=1 uv run python benchmarks/population.py learn            # DQN learn step, pop 1/4/8
     OMP_NUM_THREADS=1 uv run python benchmarks/population.py learn --algorithm td3   # TD3 learn step
     OMP_NUM_THREADS=1 uv run python benchmarks/population.py learn --algorithm ppo   # PPO update, pop 1/4/8
+    OMP_NUM_THREADS=1 uv run python benchmarks/population.py learn --algorithm rainbow --pops 4  # PER + n-step
     OMP_NUM_THREADS=1 uv run python benchmarks/population.py train configs/training/dqn_cartpole.yaml \\
         --pops 1 4 8 --set training.target_score=null
     OMP_NUM_THREADS=1 uv run python benchmarks/population.py floor CartPole-v1 --num-envs 8
@@ -13,7 +14,10 @@ One JSON line per case, so runs can be compared over time:
 (``DQN.learn`` per agent: a group of one each) and as one group (``DQN.learn_population`` on a
 ``MemberGroup`` of P), with the ratio to one agent's ``DQN.learn`` (``--algorithm td3``: the same
 for TD3 on Pendulum-sized spaces; ``--algorithm ppo``: one PPO update, ``update_epochs`` passes over a
-1024-row rollout, ``PPO.learn`` per agent vs ``PPO.learn_population`` of a ``MemberGroup``).
+1024-row rollout, ``PPO.learn`` per agent vs ``PPO.learn_population`` of a ``MemberGroup``;
+``--algorithm rainbow``: Rainbow DQN learning from prioritized replay with an n-step companion,
+sampling and priority write-back included, timed in process CPU time with the two ways alternated,
+medians of several rounds, so a busy machine disturbs the ratio less).
 ``train``: ``agile train --profile`` in a subprocess per (pop size,
 batching on/off); ``wall_s`` is the whole process (start-up included), ``steps_per_s`` all
 agents' env steps over that wall time (``steps_per_cpu_s`` over the process's CPU time, a steadier
@@ -124,6 +128,68 @@ def bench_learn(algorithm: str, pops: list[int], repeats: int, batch_size: int, 
         _print_learn_case(algorithm.upper(), pop, batch_size, hidden, loop_ms, stacked_ms, single, digits=3)
 
 
+def bench_learn_rainbow(pops: list[int], repeats: int, batch_size: int, hidden: int, rounds: int = 5) -> None:
+    """Per-step CPU cost of P Rainbow agents learning from PER + n-step memories (sampling and
+    priority write-back included), one by one (``ReplayMemories.learn``: ``RainbowDQN.learn`` per
+    agent) vs stacked (one ``learn_population`` of a ``MemberGroup`` per step); `rounds` alternated
+    rounds of `repeats` steps each way, medians."""
+    import statistics
+
+    import numpy as np
+    from gymnasium import spaces
+
+    from agile_core.algorithms.group import MemberGroup
+    from agile_offpolicy.buffers import MultiStepReplayBuffer, PrioritizedReplayBuffer
+    from agile_offpolicy.population import ReplayMemories, make_groups
+    from agile_offpolicy.rainbow import RainbowDQN
+
+    obs_space, act_space = spaces.Box(-1.0, 1.0, (4,), np.float32), spaces.Discrete(2)
+    net = {"latent_dim": hidden, "encoder_config": {"hidden_size": [hidden]}, "head_config": {"hidden_size": [hidden]}}
+    rng, num_envs = np.random.default_rng(0), 8
+    memories = ReplayMemories(PrioritizedReplayBuffer(20_000, obs_space, act_space),
+                              MultiStepReplayBuffer(20_000, obs_space, act_space, n_step=3, gamma=0.99,
+                                                    num_envs=num_envs), max_steps=100_000)
+    for _ in range(1250):
+        ended = rng.random(num_envs) < 0.05
+        memories.add(rng.uniform(-1, 1, (num_envs, 4)).astype(np.float32), rng.integers(0, 2, num_envs),
+                     rng.normal(size=num_envs).astype(np.float32), rng.uniform(-1, 1, (num_envs, 4)).astype(np.float32),
+                     ended, np.zeros(num_envs, dtype=bool), np.ones(num_envs, dtype=bool))
+
+    def cpu_ms(fn: Callable[[], object]) -> float:
+        start = time.process_time()
+        for _ in range(repeats):
+            fn()
+        return (time.process_time() - start) / repeats * 1e3
+
+    single: float | None = None
+    for pop in pops:
+        agents = [RainbowDQN(obs_space, act_space, net_config=net, seed=i, batch_size=batch_size, lr=1e-4)
+                  for i in range(pop)]
+        (_, group), = make_groups(agents)
+        active = [True] * pop
+
+        def one_by_one(agents: list[RainbowDQN] = agents) -> None:
+            for agent in agents:
+                memories.learn(agent)
+
+        def stacked(group: MemberGroup = group, active: list[bool] = active) -> None:
+            batch = memories.sample_population(group.members, active, "cpu")
+            for indices, out in zip(batch.indices, RainbowDQN.learn_population(group, batch, active), strict=True):
+                memories.write_back(indices, out)
+
+        for fn in (one_by_one, stacked):  # warm-up
+            for _ in range(10):
+                fn()
+        loops, stacks = [], []
+        for _ in range(rounds):
+            loops.append(cpu_ms(one_by_one))
+            stacks.append(cpu_ms(stacked))
+        loop_ms, stacked_ms = statistics.median(loops), statistics.median(stacks)
+        if single is None:
+            single = loop_ms / pop
+        _print_learn_case("RAINBOW", pop, batch_size, hidden, loop_ms, stacked_ms, single, digits=3)
+
+
 def bench_learn_ppo(pops: list[int], repeats: int, batch_size: int, hidden: int) -> None:
     """Cost of one PPO update (4 epochs over a 128 x 8 rollout) of P agents, one by one vs stacked."""
     import numpy as np
@@ -232,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="kind", required=True)
     learn = sub.add_parser("learn", help="DQN learn step or PPO update, one by one vs stacked")
-    learn.add_argument("--algorithm", choices=["dqn", "td3", "ppo"], default="dqn")
+    learn.add_argument("--algorithm", choices=["dqn", "td3", "ppo", "rainbow"], default="dqn")
     learn.add_argument("--pops", type=int, nargs="+", default=[1, 4, 8])
     learn.add_argument("--repeats", type=int, default=None, help="timed steps (default: DQN 300, PPO 5 updates)")
     learn.add_argument("--batch-size", type=int, default=None, help="default: DQN 64, TD3 and PPO 128")
@@ -247,7 +313,9 @@ def main(argv: list[str] | None = None) -> int:
     floor.add_argument("--num-envs", type=int, default=8)
     floor.add_argument("--steps", type=int, default=20_000)
     args = parser.parse_args(argv)
-    if args.kind == "learn" and args.algorithm == "ppo":
+    if args.kind == "learn" and args.algorithm == "rainbow":
+        bench_learn_rainbow(args.pops, args.repeats or 100, args.batch_size or 64, args.hidden)
+    elif args.kind == "learn" and args.algorithm == "ppo":
         bench_learn_ppo(args.pops, args.repeats or 5, args.batch_size or 128, args.hidden)
     elif args.kind == "learn":
         bench_learn(args.algorithm, args.pops, args.repeats or 300,

@@ -11,9 +11,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from agile_core.networks import preprocess_observation
+from agile_core.networks import NoisyLinear, preprocess_observation
 from agile_offpolicy.ddpg import DDPG
 from agile_offpolicy.dqn import DQN
+from agile_offpolicy.rainbow import RainbowDQN, project_distribution
 from agile_offpolicy.td3 import TD3
 
 
@@ -88,3 +89,70 @@ def ddpg_learn(agent: DDPG, experiences: Sequence[Any]) -> dict[str, float]:
     if agent.share_encoders:
         agent._share_encoder_weights()
     return losses
+
+
+def rainbow_learn(agent: RainbowDQN, experiences: Sequence[Any],
+                  n_experiences: Sequence[Any] | None = None) -> tuple[float, np.ndarray]:
+    """One Rainbow step: C51 cross-entropy to the projected double-Q target (n-step discounts,
+    PER importance weights, the n-step loss alone or joined to the 1-step one), clipped gradient,
+    Adam, soft target update (parameters only), then fresh noise from the agent's RNG."""
+    for network in (agent.actor, agent.actor_target):
+        network.train()
+
+    def distribution_loss(batch: Sequence[Any]) -> torch.Tensor:
+        obs, actions, rewards, next_obs, terminated = tuple(batch)[:5]
+        n_steps = getattr(batch, "n_steps", None)
+        actions = torch.as_tensor(actions).long().reshape(-1) - agent.action_start
+        rewards = torch.as_tensor(rewards, dtype=torch.float32).reshape(-1)
+        terminated = torch.as_tensor(terminated, dtype=torch.float32).reshape(-1)
+        if n_steps is None:
+            discounts = torch.full_like(rewards, agent.gamma)
+        else:
+            steps = torch.as_tensor(n_steps, dtype=torch.float32).reshape(-1)
+            discounts = torch.pow(torch.full_like(steps, agent.gamma), steps)
+        rows = torch.arange(actions.shape[0])
+        with torch.no_grad():
+            next_inputs = agent._observation(next_obs)
+            next_actions = agent.actor(next_inputs, "q").argmax(dim=-1)
+            next_probs = agent.actor_target(next_inputs, "probs")[rows, next_actions]
+            target = project_distribution(next_probs, rewards, discounts * (1.0 - terminated), agent.actor.support)
+        log_probs = agent.actor(agent._observation(obs), "log_probs")[rows, actions]
+        return -(target * log_probs).sum(dim=-1)
+
+    weights = getattr(experiences, "weights", None)
+    if n_experiences is None:
+        per_sample = distribution_loss(experiences)
+    else:
+        per_sample = distribution_loss(n_experiences)
+        if agent.combined_reward:
+            per_sample = per_sample + distribution_loss(experiences)
+    if weights is None:
+        loss = per_sample.mean()
+    else:
+        loss = (per_sample * torch.as_tensor(weights, dtype=torch.float32).reshape(-1)).mean()
+    agent.optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(agent.actor.parameters(), agent.max_grad_norm)
+    agent.optimizer.step()
+    _soft_update(agent.actor, agent.actor_target, agent.tau)
+    generator = torch.Generator().manual_seed(int(agent.rng.integers(2**62)))
+    for network in (agent.actor, agent.actor_target):
+        for module in network.modules():
+            if isinstance(module, NoisyLinear):
+                module.reset_noise(generator)
+    agent.learn_counter += 1
+    priorities = per_sample.detach().numpy().astype(np.float64) + agent.prior_eps
+    return float(loss.detach()), priorities
+
+
+def rainbow_act(agent: RainbowDQN, obs: Any, action_mask: Any = None, training: bool = True) -> np.ndarray:
+    """Rainbow's action choice: the argmax of the expected return (noisy in training, mean weights
+    otherwise), restricted by an action mask."""
+    agent.actor.train(training)
+    with torch.no_grad():
+        q_values = agent.actor(agent._observation(obs), "q").reshape(-1, agent.num_actions)
+    agent.actor.train()
+    if action_mask is not None:
+        allowed = torch.as_tensor(np.asarray(action_mask, dtype=bool).reshape(q_values.shape))
+        q_values = q_values.masked_fill(~allowed, -torch.inf)
+    return q_values.argmax(dim=-1).numpy().astype(np.int64) + agent.action_start

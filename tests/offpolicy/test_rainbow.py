@@ -3,16 +3,20 @@ n-step/double-Q target, PER weights and priorities, target network, mutation and
 
 from __future__ import annotations
 
+from typing import Any
+
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 from gymnasium import spaces
 
+import agile_offpolicy.rainbow as rainbow_module
 from agile_core.algorithms.spaces import UnsupportedSpaceError
 from agile_core.hpo.hyperparameters import HyperparameterConfig, RLParameter
 from agile_core.networks import NoisyLinear
 from agile_offpolicy.buffers import NStepBatch, PrioritizedBatch, ReplayBatch
+from agile_offpolicy.population import ReplayPopulationBatch
 from agile_offpolicy.rainbow import RainbowDQN, project_distribution
 
 OBS = spaces.Box(-1.0, 1.0, (4,), np.float32)
@@ -45,6 +49,12 @@ def n_step_view(batch: ReplayBatch, n_steps: list[int] | np.ndarray, seed: int =
     return NStepBatch(batch.obs, batch.action, torch.as_tensor(rng.normal(size=n).astype(np.float32)),
                       torch.as_tensor(rng.uniform(-1, 1, (n, 4)).astype(np.float32)), batch.done,
                       torch.as_tensor(np.asarray(n_steps, dtype=np.int64)), batch.indices)
+
+
+def per_sample(agent: RainbowDQN, batch: Any) -> torch.Tensor:
+    """The per-transition losses ``[B]`` of a flat batch (the ``P = 1`` rows of the learning step's loss)."""
+    group = agent.solo_group()
+    return RainbowDQN._distribution_loss(group, ReplayPopulationBatch.of_one(batch, agent.device))[0]
 
 
 def noise_of(network: torch.nn.Module) -> list[torch.Tensor]:
@@ -207,18 +217,17 @@ def test_learn_reduces_the_distributional_loss_on_a_fixed_batch() -> None:
 def test_bootstrap_discount_is_gamma_to_the_n_steps_and_zero_at_termination(monkeypatch) -> None:
     agent = make_agent(gamma=0.9)
     seen: list[torch.Tensor] = []
-    original = agent.target_distribution
 
-    def spy(rewards, next_obs, discounts):
+    def spy(next_probs, rewards, discounts, support):
         seen.append(discounts.clone())
-        return original(rewards, next_obs, discounts)
+        return project_distribution(next_probs, rewards, discounts, support)
 
-    monkeypatch.setattr(agent, "target_distribution", spy)
+    monkeypatch.setattr(rainbow_module, "project_distribution", spy)
     batch = random_batch(4)._replace(done=torch.tensor([0.0, 0.0, 0.0, 1.0]))
-    agent._distribution_loss(n_step_view(batch, [1, 2, 3, 3]))
-    agent._distribution_loss(batch)
-    torch.testing.assert_close(seen[0], torch.tensor([0.9, 0.81, 0.729, 0.0]))
-    torch.testing.assert_close(seen[1], torch.tensor([0.9, 0.9, 0.9, 0.0]))
+    per_sample(agent, n_step_view(batch, [1, 2, 3, 3]))
+    per_sample(agent, batch)
+    torch.testing.assert_close(seen[0], torch.tensor([[0.9, 0.81, 0.729, 0.0]]))
+    torch.testing.assert_close(seen[1], torch.tensor([[0.9, 0.9, 0.9, 0.0]]))
 
 
 def test_target_uses_double_q_action_selection() -> None:
@@ -240,10 +249,10 @@ def test_priorities_are_the_per_sample_losses_and_weights_scale_the_loss() -> No
     weights = torch.linspace(0.1, 1.0, 16)
     per = PrioritizedBatch(*batch[:5], weights, batch.indices)
     with torch.no_grad():
-        per_sample = agent._distribution_loss(batch)
+        losses = per_sample(agent, batch)
     loss, priorities = agent.learn(per)
-    np.testing.assert_allclose(priorities, per_sample.numpy() + agent.prior_eps, rtol=1e-5)
-    assert loss == pytest.approx(float((per_sample * weights).mean()), rel=1e-5)
+    np.testing.assert_allclose(priorities, losses.numpy() + agent.prior_eps, rtol=1e-5)
+    assert loss == pytest.approx(float((losses * weights).mean()), rel=1e-5)
 
 
 @pytest.mark.parametrize("combined", [False, True])
@@ -252,7 +261,7 @@ def test_n_step_loss_replaces_or_joins_the_one_step_loss(combined: bool) -> None
     batch = random_batch(16)
     n_batch = n_step_view(batch, np.full(16, 3))
     with torch.no_grad():
-        one_step, n_step = agent._distribution_loss(batch), agent._distribution_loss(n_batch)
+        one_step, n_step = per_sample(agent, batch), per_sample(agent, n_batch)
     _, priorities = agent.learn(batch, n_experiences=n_batch)
     expected = n_step + one_step if combined else n_step
     np.testing.assert_allclose(priorities, expected.numpy() + agent.prior_eps, rtol=1e-5)

@@ -30,7 +30,9 @@ RAINBOW_MANIFEST = Path(__file__).resolve().parents[2] / "configs" / "training" 
 
 
 class RecordingRainbow(RainbowDQN):
-    """Remembers the storage indices of every 1-step and n-step batch it learns from."""
+    """Remembers the storage indices of every 1-step and n-step batch it learns from (agent by
+    agent: it declares its own population step, the inherited one, so its ``learn`` may build a
+    group of one)."""
 
     calls: ClassVar[list[tuple[np.ndarray, np.ndarray | None]]] = []
 
@@ -38,6 +40,10 @@ class RecordingRainbow(RainbowDQN):
         RecordingRainbow.calls.append((np.asarray(experiences.indices),
                                        None if n_experiences is None else np.asarray(n_experiences.indices)))
         return super().learn(experiences, n_experiences)
+
+    @classmethod
+    def learn_population(cls, group, batch, active):
+        return super().learn_population(group, batch, active)
 
 
 class RecordingPER(PrioritizedReplayBuffer):
@@ -77,7 +83,8 @@ def test_n_step_and_per_memories_stay_aligned_and_batches_share_indices() -> Non
     env = countdown_vec((3, True), (5, False), (7, True))
     per, n_step = memories(env)
     RecordingRainbow.calls.clear()
-    run(env, make_pop(env, cls=RecordingRainbow), per, n_step_memory=n_step, max_steps=240, evo_steps=120)
+    run(env, make_pop(env, cls=RecordingRainbow), per, n_step_memory=n_step, max_steps=240, evo_steps=120,
+        batch_population=False)
     assert len(per) == len(n_step) > 0 and per.ptr == n_step.ptr
     indices = np.arange(len(per))
     one, multi = per.sample_from_indices(indices), n_step.sample_from_indices(indices)

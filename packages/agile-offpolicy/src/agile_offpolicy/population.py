@@ -6,12 +6,19 @@ consecutive slice ``[p * num_envs, (p + 1) * num_envs)``). Agents whose networks
 the algorithm's own population-shaped step (``act_population`` / ``learn_population``); each agent
 keeps its own epsilon schedule position, exploration noise, learn step, batch size and
 hyperparameters. Transitions of all agents go to the shared replay memory in one call.
+
+The memories (:class:`ReplayMemories`: uniform, prioritized, n-step, or prioritized with an n-step
+companion) are used the same way by both phases: every batch is drawn by the memory's
+``sample_indices`` with the agent's own ``rng`` (and, for prioritized replay, weighted for its own
+annealed :meth:`ReplayMemories.beta`), and the priorities a learning step returns are written back
+for the agent's own indices, agent by agent.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -34,18 +41,27 @@ from agile_core.training.population import (
     start_population_phase,
 )
 from agile_core.training.profiling import PROFILER
-from agile_offpolicy.buffers import ReplayBuffer
+from agile_offpolicy.buffers import (
+    MultiStepReplayBuffer,
+    PrioritizedReplayBuffer,
+    ReplayBuffer,
+    beta_schedule,
+)
 
-__all__ = ["can_batch", "collect_and_learn_population", "evaluate_batched", "make_groups", "record_losses",
-           "sample_padded"]
+__all__ = ["ReplayMemories", "ReplayPopulationBatch", "can_batch", "collect_and_learn_population", "evaluate_batched",
+           "make_groups", "record_losses", "sample_padded"]
+
+BATCHED_MEMORIES = (ReplayBuffer, PrioritizedReplayBuffer, MultiStepReplayBuffer)
+"""Memory types the batched phase samples from (exactly these: a subclass may sample its own way)."""
 
 Groups = list[tuple[list[int], MemberGroup]]
 
 
 def can_batch(population: Sequence[Any], memory: Any) -> bool:
     """Whether the batched phase supports these agents (each has a population-shaped step and
-    ``act_population``) and this memory (uniform replay); says why not once, in a warning."""
-    if type(memory) is not ReplayBuffer or not population:
+    ``act_population``) and this memory (uniform, prioritized or n-step replay); says why not once,
+    in a warning."""
+    if type(memory) not in BATCHED_MEMORIES or not population:
         return False
     try:
         for agent in population:
@@ -63,20 +79,164 @@ def make_groups(population: Sequence[Any]) -> Groups:
     return make_member_groups(population, order=lambda agent: agent.learn_step)
 
 
-def sample_padded(memory: ReplayBuffer, members: Sequence[Any], active: Sequence[bool],
-                  device: torch.device | str) -> PopulationBatch:
-    """One batch per active member, drawn with the member's own ``rng`` exactly as
-    ``memory.sample(member.batch_size, member.rng)`` draws it, gathered in one call and laid out
-    ``[P, max_batch, ...]``; padded rows repeat a valid index and carry zero weight."""
-    indices = [memory.sample_indices(m.batch_size, getattr(m, "rng", None)) if on else np.zeros(0, dtype=np.int64)
-               for m, on in zip(members, active, strict=True)]
-    padded, weights = pad_index_batches(indices)
-    batch = memory.sample_from_indices(padded.reshape(-1))
-    members_count = padded.shape[0]
-    obs, action, reward, next_obs, done = (member_rows(field, members_count) for field in
-                                           (batch.obs, batch.action, batch.reward, batch.next_obs, batch.done))
-    return PopulationBatch(obs=obs, action=action, reward=reward.to(torch.float32), next_obs=next_obs,
-                           done=done.to(torch.float32), weights=torch.as_tensor(weights, device=device))
+@dataclass
+class ReplayPopulationBatch(PopulationBatch):
+    """Transitions ``[P, rows, ...]`` (:class:`PopulationBatch`) with what extended memories add:
+    the rows' ``n_steps`` (an n-step memory), prioritized replay ``importance`` weights, the
+    ``n_step`` transitions at the same indices (an n-step companion memory) and each member's own
+    sampled ``indices``."""
+
+    n_steps: torch.Tensor | None = None
+    importance: torch.Tensor | None = None
+    n_step: ReplayPopulationBatch | None = None
+    indices: list[np.ndarray] = field(default_factory=list)
+
+    @classmethod
+    def of_one(cls, experiences: Sequence[Any], device: torch.device | str,
+               n_experiences: Sequence[Any] | None = None) -> ReplayPopulationBatch:
+        """One agent's flat batch (a ``ReplayBatch``, ``PrioritizedBatch`` or ``NStepBatch``) and
+        its n-step view `n_experiences` as ``P = 1``."""
+        batch = cast(ReplayPopulationBatch, super().of_one(experiences, device))
+        n_steps = getattr(experiences, "n_steps", None)
+        if n_steps is not None:
+            batch.n_steps = torch.as_tensor(n_steps, device=device, dtype=torch.float32).reshape(1, -1)
+        importance = getattr(experiences, "weights", None)
+        if importance is not None:
+            batch.importance = torch.as_tensor(importance, device=device, dtype=torch.float32).reshape(1, -1)
+        if n_experiences is not None:
+            batch.n_step = cls.of_one(n_experiences, device)
+        indices = getattr(experiences, "indices", None)
+        batch.indices = [] if indices is None else [np.asarray(indices)]
+        return batch
+
+    @classmethod
+    def of_rows(cls, flat: Sequence[Any], members: int, weights: torch.Tensor) -> ReplayPopulationBatch:
+        """A gathered flat batch of member-major rows ``[P * rows, ...]`` laid out ``[P, rows, ...]``."""
+        obs, action, reward, next_obs, done = (member_rows(item, members) for item in tuple(flat)[:5])
+        n_steps = getattr(flat, "n_steps", None)
+        return cls(obs=obs, action=action, reward=reward.to(torch.float32), next_obs=next_obs,
+                   done=done.to(torch.float32), weights=weights,
+                   n_steps=None if n_steps is None else member_rows(n_steps, members).to(torch.float32))
+
+
+@dataclass
+class ReplayMemories:
+    """The replay memory and, for PER + n-step, its n-step companion: how transitions go in,
+    batches come out and priorities go back, for both phases.
+
+    With `n_step_memory`, each step goes to the n-step memory first; the 1-step transitions it
+    returns (those whose n-step transitions it stored) go to `memory`, so both hold the same
+    transition at every storage index and an n-step batch is read at the sampled indices.
+    A prioritized `memory` samples with ``beta`` annealed from the agent's ``beta`` to 1 over
+    `max_steps` of that agent (``max_steps`` 0: beta 1), and gets the priorities its learn step
+    returns.
+    """
+
+    memory: Any
+    n_step_memory: MultiStepReplayBuffer | None = None
+    max_steps: int = 0
+
+    @property
+    def prioritized(self) -> bool:
+        """Whether the memory samples by priority."""
+        return isinstance(self.memory, PrioritizedReplayBuffer)
+
+    def __len__(self) -> int:
+        return len(self.memory)
+
+    def start_episodes(self, num_envs: int | None = None) -> None:
+        """Drop n-step windows left open by the previous phase (its episodes do not continue); with
+        `num_envs`, keep that many windows (one per sub-environment of the phase's env)."""
+        for buffer in (self.memory, self.n_step_memory):
+            if isinstance(buffer, MultiStepReplayBuffer):
+                buffer.clear_windows(num_envs)
+
+    def add(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any,
+            valid: np.ndarray) -> None:
+        """Store one vector step (rows where `valid`)."""
+        if self.n_step_memory is None:
+            self.memory.add(obs, action, reward, next_obs, terminated, truncated=truncated, mask=valid)
+            return
+        transitions = self.n_step_memory.add(obs, action, reward, next_obs, terminated, truncated, mask=valid)
+        self.memory.add(*transitions)
+
+    def beta(self, agent: Any) -> float | None:
+        """`agent`'s importance exponent now: its ``beta`` annealed to 1 over ``max_steps`` of its
+        steps (None without prioritized replay)."""
+        return beta_schedule(agent.beta, agent.steps, self.max_steps) if self.prioritized else None
+
+    def sample(self, agent: Any) -> tuple[Any, Any]:
+        """`agent`'s next batch, ``memory.sample`` with the agent's ``rng`` (the memory's when it has
+        none) and :meth:`beta` (as the memory gives it: 1-step, prioritized or n-step), and the
+        n-step transitions at its indices (None without an n-step companion)."""
+        rng, beta = getattr(agent, "rng", None), self.beta(agent)
+        batch = self.memory.sample(agent.batch_size, rng) if beta is None else \
+            self.memory.sample(agent.batch_size, beta=beta, rng=rng)
+        return batch, None if self.n_step_memory is None else self.n_step_memory.sample_from_indices(batch.indices)
+
+    def sample_population(self, members: Sequence[Any], active: Sequence[bool],
+                          device: torch.device | str) -> ReplayPopulationBatch:
+        """One batch per active member, each drawn as :meth:`sample` draws it (the memory's
+        ``sample_indices`` with the member's ``rng``, importance weights for its :meth:`beta`),
+        gathered in one call and laid out ``[P, max_batch, ...]``; padded rows repeat a valid index
+        and carry zero weight."""
+        draws = [(self.memory.sample_indices(member.batch_size, getattr(member, "rng", None)), self.beta(member))
+                 if on else (np.zeros(0, dtype=np.int64), None) for member, on in zip(members, active, strict=True)]
+        padded, weights = pad_index_batches([indices for indices, _ in draws])
+        rows = padded.reshape(-1)
+        flat = ReplayBuffer.sample_from_indices(self.memory, rows) if self.prioritized else \
+            self.memory.sample_from_indices(rows)
+        batch = ReplayPopulationBatch.of_rows(flat, padded.shape[0], torch.as_tensor(weights, device=device))
+        batch.indices = [indices for indices, _ in draws]
+        if self.prioritized:
+            importance = np.ones(padded.shape, dtype=np.float32)
+            for row, (indices, beta) in enumerate(draws):
+                if beta is not None:
+                    importance[row, :indices.size] = self.memory.importance_weights(indices, beta)
+            batch.importance = torch.as_tensor(importance, device=device)
+        if self.n_step_memory is not None:
+            batch.n_step = ReplayPopulationBatch.of_rows(self.n_step_memory.sample_from_indices(rows),
+                                                         padded.shape[0], batch.weights)
+        return batch
+
+    def write_back(self, indices: np.ndarray, result: Any) -> Any:
+        """The losses of a learn step's `result`; a ``(losses, priorities)`` pair's priorities go
+        to a prioritized memory for the sampled `indices`."""
+        if not isinstance(result, tuple):
+            return result
+        losses, priorities = result
+        if self.prioritized:
+            self.memory.update_priorities(indices, priorities)
+        return losses
+
+    def learn(self, agent: Any) -> Any:
+        """Sample a batch for `agent`, run its ``learn``, write back priorities; return the losses."""
+        batch, n_batch = self.sample(agent)
+        out = agent.learn(batch) if n_batch is None else agent.learn(batch, n_experiences=n_batch)
+        return self.write_back(batch.indices, out)
+
+    def states(self) -> dict[str, Any]:
+        """The memories' checkpoint states."""
+        states = {"replay": self.memory.state_dict()}
+        if self.n_step_memory is not None:
+            states["n_step"] = self.n_step_memory.state_dict()
+        return states
+
+    def load(self, saved: Mapping[str, Any]) -> None:
+        """Restore what :meth:`states` saved."""
+        if "replay" in saved:
+            self.memory.load_state_dict(saved["replay"])
+        if self.n_step_memory is not None and "n_step" in saved:
+            self.n_step_memory.load_state_dict(saved["n_step"])
+
+
+def sample_padded(memory: Any, members: Sequence[Any], active: Sequence[bool],
+                  device: torch.device | str) -> ReplayPopulationBatch:
+    """:meth:`ReplayMemories.sample_population` of `memory` (:class:`ReplayMemories`, or one
+    replay buffer): one batch per active member, drawn with the member's own ``rng`` exactly as
+    agent-by-agent learning draws it, laid out ``[P, max_batch, ...]``."""
+    memories = memory if isinstance(memory, ReplayMemories) else ReplayMemories(memory)
+    return memories.sample_population(members, active, device)
 
 
 def _act(groups: Groups, obs: Any, epsilons: Sequence[float], num_envs: int, masks: Any, agents: int,
@@ -124,14 +284,18 @@ def _reset_noise(population: Sequence[Any], num_envs: int, ended: np.ndarray | N
             reset(None if ended is None else ended[slot * num_envs:(slot + 1) * num_envs])
 
 
-def collect_and_learn_population(population: list[Any], env: VectorEnv, memory: ReplayBuffer, vector_steps: int,
-                                 schedule: EpsilonSchedule, learning_delay: int, learn_credit: list[int],
-                                 swap_channels: bool, should_stop: Callable[[], bool]) -> list[PhaseResult]:
+def collect_and_learn_population(population: list[Any], env: VectorEnv, memory: ReplayMemories | ReplayBuffer,
+                                 vector_steps: int, schedule: EpsilonSchedule, learning_delay: int,
+                                 learn_credit: list[int], swap_channels: bool,
+                                 should_stop: Callable[[], bool]) -> list[PhaseResult]:
     """Run the whole population for up to `vector_steps` vector steps from a fresh reset of `env`
-    (the population env); the batched counterpart of the one-agent phase in ``training.py``,
-    with the same learn-credit and warm-up rules per agent."""
+    (the population env) with `memory` (:class:`ReplayMemories`, or one uniform replay buffer);
+    the batched counterpart of the one-agent phase in ``training.py``, with the same learn-credit
+    and warm-up rules per agent. n-step windows are kept per sub-env of `env` during the phase."""
     agents = len(population)
+    memories = memory if isinstance(memory, ReplayMemories) else ReplayMemories(memory)
     num_envs, tracker, obs, info = start_population_phase(env, agents, swap_channels)
+    memories.start_episodes(agents * num_envs)
     results = [PhaseResult(vector_steps=0) for _ in population]
     groups = make_groups(population)
     noisy = any(hasattr(agent, "reset_action_noise") for agent in population)
@@ -147,12 +311,13 @@ def collect_and_learn_population(population: list[Any], env: VectorEnv, memory: 
         if swap_channels:
             next_obs = swap_image_channels(next_obs)
         valid = tracker.step(reward, terminated, truncated)
-        memory.add(obs, action, reward, next_obs, terminated, truncated=truncated, mask=valid)
+        memories.add(obs, action, reward, next_obs, terminated, truncated, valid)
         if noisy:
             _reset_noise(population, num_envs, np.asarray(terminated) | np.asarray(truncated))
         obs = next_obs
         steps += 1
-        _learn(population, groups, memory, learning_delay, learn_credit, num_envs, results)
+        _learn(population, groups, memories, learning_delay, learn_credit, num_envs, results)
+    memories.start_episodes(num_envs)  # back to one window per sub-env of an agent
     for agent, result, (returns, lengths) in zip(population, results, tracker.pop_finished_by_agent(agents),
                                                  strict=True):
         result.vector_steps = steps
@@ -162,14 +327,14 @@ def collect_and_learn_population(population: list[Any], env: VectorEnv, memory: 
     return results
 
 
-def _learn(population: list[Any], groups: Groups, memory: ReplayBuffer,
+def _learn(population: list[Any], groups: Groups, memories: ReplayMemories,
            learning_delay: int, learn_credit: list[int], num_envs: int, results: list[PhaseResult]) -> None:
     """Account one vector step per agent and run the learning steps it pays for, group by group."""
     updates = []
     for slot, agent in enumerate(population):
         agent.steps += num_envs
         count, learn_credit[slot] = divmod(learn_credit[slot] + num_envs, agent.learn_step)
-        ready = len(memory) >= max(agent.batch_size, learning_delay)
+        ready = len(memories) >= max(agent.batch_size, learning_delay)
         updates.append(count if ready else 0)
     for round_index in range(max(updates)):
         for slots, group in groups:
@@ -179,12 +344,13 @@ def _learn(population: list[Any], groups: Groups, memory: ReplayBuffer,
             view = group.select(active)  # the members a partial round needs, when they are fewer
             part = active[view.offset:view.offset + len(view)]
             with PROFILER.sample:
-                batch = sample_padded(memory, view.members, part, group.device)
+                batch = memories.sample_population(view.members, part, group.device)
             with PROFILER.learn:
-                losses = group.algorithm.learn_population(view, batch, part)
-            for slot, loss in zip(slots[view.offset:view.offset + len(view)], losses, strict=True):
-                if loss is not None:
-                    record_losses(results[slot].losses, loss)
+                outs = group.algorithm.learn_population(view, batch, part)
+            for slot, indices, out in zip(slots[view.offset:view.offset + len(view)], batch.indices, outs,
+                                          strict=True):
+                if out is not None:  # in member order: a later member's priority wins a shared index
+                    record_losses(results[slot].losses, memories.write_back(indices, out))
 
 
 def record_losses(losses: dict[str, list[float]], value: Any) -> None:

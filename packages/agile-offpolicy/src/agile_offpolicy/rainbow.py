@@ -30,8 +30,10 @@ import numpy as np
 import torch
 from gymnasium import spaces
 from gymnasium.vector import VectorEnv
+from torch import nn
 
 from agile_core.algorithms.base import SingleAgentAlgorithm
+from agile_core.algorithms.group import MemberGroup, PopulationBatch, with_member_axis
 from agile_core.hpo.hyperparameters import HyperparameterConfig
 from agile_core.networks import (
     EvolvableModule,
@@ -39,14 +41,35 @@ from agile_core.networks import (
     RainbowQNetwork,
     preprocess_observation,
 )
+from agile_core.networks.fused import gradient_rows
 from agile_core.specs.network import NetworkSpec
 from agile_core.training.evaluation import evaluate_policy
 from agile_offpolicy.dqn import _check_hyperparameters
+from agile_offpolicy.population import ReplayPopulationBatch
+from agile_offpolicy.specs import RainbowDQNSpec
 
 __all__ = ["RainbowDQN", "project_distribution"]
 
+_DEFAULTS = RainbowDQNSpec.defaults()
+"""The registered spec's defaults: the one home of this algorithm's keyword defaults."""
+
 STRUCTURAL_HYPERPARAMETERS = ("num_atoms", "v_min", "v_max", "noise_std", "n_step")
 """Fixed at construction (they shape the network or the n-step buffer): never mutated."""
+
+
+def _log_probs_and_free_q(online: nn.Module, obs: Any, next_obs: Any,
+                          support: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(log Z_online(obs) [P, rows, A, K] with gradient, E[Z_online(next_obs)] [P, rows', A] without)``,
+    in one call on the rows of both when they are tensors (fused chains differentiate only the first)."""
+    if not isinstance(obs, torch.Tensor) or not isinstance(next_obs, torch.Tensor):
+        with torch.no_grad():
+            next_q = online(next_obs, "q")
+        return online(obs, "log_probs"), next_q
+    rows = obs.shape[1]
+    with gradient_rows(rows):
+        log_probs = online(torch.cat([obs, next_obs], dim=1), "log_probs")
+    next_q = (log_probs[:, rows:].detach().exp() * support).sum(dim=-1)
+    return log_probs[:, :rows], next_q
 
 
 def project_distribution(next_probs: torch.Tensor, rewards: torch.Tensor, discounts: torch.Tensor,
@@ -135,20 +158,20 @@ class RainbowDQN(SingleAgentAlgorithm):
         index: int = 0,
         hp_config: HyperparameterConfig | None = None,
         net_config: NetworkSpec | Mapping[str, Any] | None = None,
-        batch_size: int = 64,
-        lr: float = 1e-4,
-        learn_step: int = 5,
-        gamma: float = 0.99,
-        tau: float = 1e-3,
-        beta: float = 0.4,
-        prior_eps: float = 1e-6,
-        num_atoms: int = 51,
-        v_min: float = -10.0,
-        v_max: float = 10.0,
-        noise_std: float = 0.5,
-        n_step: int = 3,
-        combined_reward: bool = False,
-        normalize_images: bool = True,
+        batch_size: int = _DEFAULTS["batch_size"],
+        lr: float = _DEFAULTS["lr"],
+        learn_step: int = _DEFAULTS["learn_step"],
+        gamma: float = _DEFAULTS["gamma"],
+        tau: float = _DEFAULTS["tau"],
+        beta: float = _DEFAULTS["beta"],
+        prior_eps: float = _DEFAULTS["prior_eps"],
+        num_atoms: int = _DEFAULTS["num_atoms"],
+        v_min: float = _DEFAULTS["v_min"],
+        v_max: float = _DEFAULTS["v_max"],
+        noise_std: float = _DEFAULTS["noise_std"],
+        n_step: int = _DEFAULTS["n_step"],
+        combined_reward: bool = _DEFAULTS["combined_reward"],
+        normalize_images: bool = _DEFAULTS["normalize_images"],
         device: str | torch.device = "cpu",
         seed: int | None = None,
         actor_network: EvolvableModule | None = None,
@@ -228,6 +251,11 @@ class RainbowDQN(SingleAgentAlgorithm):
                 if isinstance(module, NoisyLinear):
                     module.reset_noise(generator)
 
+    def population_key(self) -> str:
+        """Members of one group share the support (atoms, bounds), the loss form and image scaling."""
+        return (f"{super().population_key()}|{self.num_atoms}|{self.v_min}|{self.v_max}|{self.combined_reward}"
+                f"|{self.normalize_images}")
+
     # ------------------------------------------------------------------ acting
     def _observation(self, obs: Any) -> Any:
         return preprocess_observation(self.observation_space, obs, self.device, self.normalize_images)
@@ -239,22 +267,36 @@ class RainbowDQN(SingleAgentAlgorithm):
         With `training` the online network acts with its current noise (NoisyNets exploration);
         without it, with its mean weights (greedy). `epsilon` is accepted for the loop's calling
         convention and ignored: the noise explores. `action_mask` (``[num_envs, n]``, truthy =
-        allowed) restricts the choice; every row needs an allowed action.
+        allowed) restricts the choice; every row needs an allowed action. The ``P = 1`` case of
+        :meth:`act_population`.
         """
-        del epsilon
-        if not training:
-            self.actor.eval()
+        masks = None if action_mask is None else [action_mask]
+        return type(self).act_population(self.solo_group(), with_member_axis(self._observation(obs)), [epsilon],
+                                         masks, training=training)
+
+    @classmethod
+    def act_population(cls, group: MemberGroup, inputs: Any, epsilons: Sequence[float],
+                       action_masks: Sequence[Any] | None = None, training: bool = True) -> np.ndarray:
+        """Greedy env actions ``[P * rows]`` (member-major) of the expected returns for network inputs
+        ``[P, rows, ...]``: with each member's noise when `training`, with the mean weights
+        otherwise (`epsilons` are ignored: the noise explores). Each member's ``[rows, n]`` action
+        mask, when given, restricts its choice."""
+        del epsilons
+        online = group.nets["actor"]
+        if online.training != training:
+            online.train(training)
         with torch.no_grad():
-            q_values = self.actor(self._observation(obs), "q")
-        if not self.actor.training:
-            self.actor.train()
-        q_values = q_values.reshape(-1, self.num_actions)
-        if action_mask is not None:
-            allowed = np.asarray(action_mask, dtype=bool).reshape(q_values.shape[0], self.num_actions)
-            if not allowed.any(axis=1).all():
+            q_values = online(inputs, "q")
+        if not online.training:
+            online.train()
+        first = group.members[0]
+        if action_masks is not None:
+            allowed = torch.stack([torch.as_tensor(np.asarray(mask, dtype=bool).reshape(q_values.shape[1:]))
+                                   for mask in action_masks]).to(q_values.device)
+            if not bool(allowed.any(dim=-1).all()):
                 raise ValueError("action_mask leaves no allowed action for some sub-environment")
-            q_values = q_values.masked_fill(~torch.as_tensor(allowed, device=q_values.device), -torch.inf)
-        return q_values.argmax(dim=-1).cpu().numpy().astype(np.int64) + self.action_start
+            q_values = q_values.masked_fill(~allowed, -torch.inf)
+        return q_values.argmax(dim=-1).reshape(-1).cpu().numpy().astype(np.int64) + first.action_start
 
     # ------------------------------------------------------------------ learning
     def learn(self, experiences: Sequence[Any], n_experiences: Sequence[Any] | None = None) -> tuple[float, np.ndarray]:
@@ -265,74 +307,103 @@ class RainbowDQN(SingleAgentAlgorithm):
         each transition's loss) or an ``NStepBatch`` (reward is the n-step return; its
         ``n_steps`` discount the bootstrap). `n_experiences` is the n-step view of the same
         transitions (``n_step_memory.sample_from_indices(batch.indices)``): its loss replaces the
-        1-step loss, or is added to it with ``combined_reward``.
+        1-step loss, or is added to it with ``combined_reward``. The ``P = 1`` case of
+        :meth:`learn_population`, run through the agent's group of one.
         """
-        for network in (self.actor, self.actor_target):
+        batch = ReplayPopulationBatch.of_one(experiences, self.device, n_experiences)
+        loss, priorities = type(self).learn_population(self.solo_group(), batch, [True])[0]
+        return float(loss), priorities
+
+    @classmethod
+    def learn_population(cls, group: MemberGroup, batch: PopulationBatch, active: Sequence[bool]) -> list[Any]:
+        """One gradient step for every active member of `group` on its rows of `batch` ``[P, rows, ...]``;
+        return each member's ``(loss, new_priorities)`` (priorities: numpy ``[own rows]``), None if idle.
+
+        `batch` may carry (:class:`~agile_offpolicy.population.ReplayPopulationBatch`) the rows'
+        ``n_steps`` (an n-step memory), prioritized replay ``importance`` weights and a paired
+        ``n_step`` batch at the same indices. Each member uses its own ``gamma``, ``tau``,
+        ``prior_eps``, learning rate and Adam state, and after its step redraws its noise from its
+        own RNG; idle members' weights, targets, moments and noise stay as they were.
+        """
+        first = group.members[0]
+        for network in (group.nets["actor"], group.nets["actor_target"]):
             if not network.training:
                 network.train()
-        weights = getattr(experiences, "weights", None)
-        if n_experiences is None:
-            per_sample = self._distribution_loss(experiences)
+        paired = getattr(batch, "n_step", None)
+        if paired is None:
+            per_row = cls._distribution_loss(group, batch)
         else:
-            per_sample = self._distribution_loss(n_experiences)
-            if self.combined_reward:
-                per_sample = per_sample + self._distribution_loss(experiences)
-        if weights is None:
-            loss = per_sample.mean()
-        else:
-            weights = torch.as_tensor(weights, device=self.device, dtype=per_sample.dtype).reshape(-1)
-            loss = (per_sample * weights).mean()
+            per_row = cls._distribution_loss(group, paired)
+            if first.combined_reward:
+                per_row = per_row + cls._distribution_loss(group, batch)
+        importance = getattr(batch, "importance", None)
+        weighted = per_row if importance is None else per_row * importance
+        losses = (weighted * batch.weights).sum(dim=1)
+        group.step("optimizer", losses, active, cls.max_grad_norm)
+        group.soft_update("actor_target", "actor", group.column("tau"), active)
+        priorities = (per_row.detach().to(torch.float64) + group.column("prior_eps", torch.float64)).cpu().numpy()
+        rows = (batch.weights > 0).sum(dim=1).tolist()
+        values = losses.detach().tolist()
+        results: list[Any] = []
+        for index, (member, on) in enumerate(zip(group.members, active, strict=True)):
+            if on:
+                member.reset_noise()
+                member.learn_counter += 1
+                results.append((values[index], priorities[index, :rows[index]]))
+            else:
+                results.append(None)
+        return results
 
-        self.optimizer.zero_grad()
-        loss.backward()
-        if self.max_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(self.actor.parameters(), self.max_grad_norm)
-        self.optimizer.step()
+    @classmethod
+    def _distribution_loss(cls, group: MemberGroup, batch: PopulationBatch) -> torch.Tensor:
+        """Per-row cross-entropy ``[P, rows]`` between the projected target and the online distribution."""
+        first = group.members[0]
+        obs, next_obs = first.population_inputs(batch.obs), first.population_inputs(batch.next_obs)
+        actions = batch.action.long().reshape(batch.weights.shape) - first.action_start
+        gamma = group.column("gamma")
+        n_steps = getattr(batch, "n_steps", None)
+        discounts = (gamma if n_steps is None else torch.pow(gamma, n_steps)) * (1.0 - batch.done)
+        log_probs, next_q = _log_probs_and_free_q(group.nets["actor"], obs, next_obs, first.actor.support)
+        target = cls._target_distribution(group, batch.reward, next_obs, discounts, next_q)
+        taken = log_probs.gather(2, actions[..., None, None].expand(*actions.shape, 1, log_probs.shape[-1]))
+        return -(target * taken.squeeze(2)).sum(dim=-1)
 
-        self.soft_update()
-        self.reset_noise()
-        self.learn_counter += 1
-        priorities = per_sample.detach().cpu().numpy().astype(np.float64) + self.prior_eps
-        return float(loss.detach()), priorities
+    @staticmethod
+    def _target_distribution(group: MemberGroup, rewards: torch.Tensor, next_inputs: Any, discounts: torch.Tensor,
+                             next_q_online: torch.Tensor | None = None) -> torch.Tensor:
+        """Projected target distributions ``[P, rows, num_atoms]`` (no gradient), double-Q action choice.
 
-    def _distribution_loss(self, experiences: Sequence[Any]) -> torch.Tensor:
-        """Per-transition cross-entropy between the projected target and the online distribution."""
-        obs, actions, rewards, next_obs, terminated = tuple(experiences)[:5]
-        n_steps = getattr(experiences, "n_steps", None)
-        actions = torch.as_tensor(actions, device=self.device).long().reshape(-1) - self.action_start
-        rewards = torch.as_tensor(rewards, device=self.device, dtype=torch.float32).reshape(-1)
-        terminated = torch.as_tensor(terminated, device=self.device, dtype=torch.float32).reshape(-1)
-        if n_steps is None:
-            discounts = torch.full_like(rewards, self.gamma)
-        else:
-            steps = torch.as_tensor(n_steps, device=self.device, dtype=torch.float32).reshape(-1)
-            discounts = torch.pow(torch.full_like(steps, self.gamma), steps)
-        target = self.target_distribution(rewards, next_obs, discounts * (1.0 - terminated))
-        rows = torch.arange(actions.shape[0], device=self.device)
-        log_probs = self.actor(self._observation(obs), "log_probs")[rows, actions]
-        return -(target * log_probs).sum(dim=-1)
-
-    def target_distribution(self, rewards: torch.Tensor, next_obs: Any, discounts: torch.Tensor) -> torch.Tensor:
-        """Projected target distribution ``[B, num_atoms]`` (no gradient); double-Q action choice.
-
-        The online network picks ``a* = argmax_a E[Z_online(s', a)]``, the target network's
-        distribution for ``a*`` is shifted by the rewards, scaled by `discounts` (0 where the
-        episode terminated) and projected onto the support.
+        The online network picks ``a* = argmax_a E[Z_online(s', a)]`` (from `next_q_online` when
+        already computed), the target network's distribution for ``a*`` is shifted by the rewards,
+        scaled by `discounts` (0 where the episode terminated) and projected onto the support.
         """
         with torch.no_grad():
-            next_obs = self._observation(next_obs)
-            next_actions = self.actor(next_obs, "q").argmax(dim=-1)
-            next_probs = self.actor_target(next_obs, "probs")
-            rows = torch.arange(next_actions.shape[0], device=self.device)
-            return project_distribution(next_probs[rows, next_actions], rewards, discounts, self.actor.support)
+            if next_q_online is None:
+                next_q_online = group.nets["actor"](next_inputs, "q")
+            next_probs = group.nets["actor_target"](next_inputs, "probs")
+            chosen = next_q_online.argmax(dim=-1)[..., None, None].expand(*next_q_online.shape[:-1], 1,
+                                                                          next_probs.shape[-1])
+            support = group.members[0].actor.support
+            return project_distribution(next_probs.gather(-2, chosen).squeeze(-2), rewards, discounts, support)
+
+    def target_distribution(self, rewards: torch.Tensor, next_obs: Any, discounts: torch.Tensor) -> torch.Tensor:
+        """The projected target ``[B, num_atoms]`` of this agent's flat batch (the ``P = 1`` case of
+        :meth:`_target_distribution`)."""
+        group = self.solo_group()
+        for network in (group.nets["actor"], group.nets["actor_target"]):
+            if not network.training:
+                network.train()
+        inputs = with_member_axis(self._observation(next_obs))
+        return self._target_distribution(group, torch.as_tensor(rewards, device=self.device).reshape(1, -1), inputs,
+                                         torch.as_tensor(discounts, device=self.device).reshape(1, -1))[0]
 
     def soft_update(self) -> None:
         """Move the target weights towards the online ones: ``target <- tau * online + (1 - tau) * target``.
 
         Noise buffers are left alone: the target network keeps its own noise draw.
         """
-        with torch.no_grad():
-            torch._foreach_lerp_(list(self.actor_target.parameters()), list(self.actor.parameters()), self.tau)
+        group = self.solo_group()
+        group.soft_update("actor_target", "actor", group.column("tau"), [True])
 
     # ------------------------------------------------------------------ evaluation
     def test(self, env: gym.Env | VectorEnv, swap_channels: bool = False, max_steps: int | None = None,

@@ -19,9 +19,8 @@ environment steps of ONE agent summed over its sub-envs (a vector step of 8 sub-
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, cast
+from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -44,9 +43,9 @@ from agile_offpolicy.buffers import (
     MultiStepReplayBuffer,
     PrioritizedReplayBuffer,
     ReplayBuffer,
-    beta_schedule,
 )
 from agile_offpolicy.population import (
+    ReplayMemories,
     can_batch,
     collect_and_learn_population,
     evaluate_batched,
@@ -60,75 +59,6 @@ def _positive_int(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
         raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     return int(value)
-
-
-@dataclass
-class _Memories:
-    """The replay memory and, for PER + n-step, its n-step companion: how transitions go in and
-    batches come out.
-
-    With `n_step_memory`, each step goes to the n-step memory first; the 1-step transitions it
-    returns (those whose n-step transitions it stored) go to `memory`, so both hold the same
-    transition at every storage index and an n-step batch is read at the sampled indices.
-    A prioritized `memory` samples with ``beta`` annealed from the agent's ``beta`` to 1 over
-    `max_steps` of that agent, and gets the priorities its learn step returns.
-    """
-
-    memory: Any
-    n_step_memory: MultiStepReplayBuffer | None
-    max_steps: int
-
-    @property
-    def prioritized(self) -> bool:
-        return isinstance(self.memory, PrioritizedReplayBuffer)
-
-    def __len__(self) -> int:
-        return len(self.memory)
-
-    def start_episodes(self) -> None:
-        """Drop n-step windows left open by the previous phase (its episodes do not continue)."""
-        for buffer in (self.memory, self.n_step_memory):
-            if isinstance(buffer, MultiStepReplayBuffer):
-                buffer.clear_windows()
-
-    def add(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any,
-            valid: np.ndarray) -> None:
-        if self.n_step_memory is None:
-            self.memory.add(obs, action, reward, next_obs, terminated, truncated=truncated, mask=valid)
-            return
-        transitions = self.n_step_memory.add(obs, action, reward, next_obs, terminated, truncated, mask=valid)
-        self.memory.add(*transitions)
-
-    def learn(self, agent: Any) -> Any:
-        """Sample a batch for `agent`, run its learn step, write back priorities; return the losses."""
-        rng = getattr(agent, "rng", None)
-        if self.prioritized:
-            beta = beta_schedule(agent.beta, agent.steps, self.max_steps)
-            batch = self.memory.sample(agent.batch_size, beta=beta, rng=rng)
-        else:
-            batch = self.memory.sample(agent.batch_size, rng)
-        if self.n_step_memory is None:
-            out = agent.learn(batch)
-        else:
-            out = agent.learn(batch, n_experiences=self.n_step_memory.sample_from_indices(batch.indices))
-        if not isinstance(out, tuple):
-            return out
-        losses, priorities = out
-        if self.prioritized:
-            self.memory.update_priorities(batch.indices, priorities)
-        return losses
-
-    def states(self) -> dict[str, Any]:
-        states = {"replay": self.memory.state_dict()}
-        if self.n_step_memory is not None:
-            states["n_step"] = self.n_step_memory.state_dict()
-        return states
-
-    def load(self, saved: Mapping[str, Any]) -> None:
-        if "replay" in saved:
-            self.memory.load_state_dict(saved["replay"])
-        if self.n_step_memory is not None and "n_step" in saved:
-            self.n_step_memory.load_state_dict(saved["n_step"])
 
 
 def _check_memories(pop: list[Any], memory: Any, n_step_memory: Any, num_envs: int) -> None:
@@ -153,7 +83,7 @@ def _check_memories(pop: list[Any], memory: Any, n_step_memory: Any, num_envs: i
                              f"{', '.join(unable)} cannot")
 
 
-def _collect_and_learn(agent: Any, env: VectorEnv, memories: _Memories, vector_steps: int,
+def _collect_and_learn(agent: Any, env: VectorEnv, memories: ReplayMemories, vector_steps: int,
                        schedule: EpsilonSchedule, learning_delay: int, learn_credit: list[int], slot: int,
                        swap_channels: bool, should_stop: Callable[[], bool]) -> PhaseResult:
     """Run `agent` for up to `vector_steps` vector steps from a fresh reset, adding to and
@@ -170,7 +100,7 @@ def _collect_and_learn(agent: Any, env: VectorEnv, memories: _Memories, vector_s
     reset_noise = getattr(agent, "reset_action_noise", None)  # exploration processes (DDPG, TD3)
     with PROFILER.env:
         obs, info = env.reset()
-    memories.start_episodes()
+    memories.start_episodes(num_envs)
     if reset_noise is not None:
         reset_noise()
     if swap_channels:
@@ -306,9 +236,10 @@ def train_off_policy(
         seed: Reseed the environment at fixed points (each phase and evaluation), so a seeded
             run is repeatable and a resumed run matches an uninterrupted one.
         csv_path: Also write every metric to this CSV file (``step,name,value,wall_time`` rows).
-        batch_population: Train the population at once when it can (all plain DQN, all plain
-            DDPG or all plain TD3 agents with stackable networks, a uniform replay memory, and an
-            env that can be widened: Gymnasium native vector envs and ``SyncVectorEnv``s of
+        batch_population: Train the population at once when it can (agents with a
+            population-shaped learning step, a ``ReplayBuffer``, ``PrioritizedReplayBuffer`` or
+            ``MultiStepReplayBuffer`` memory, with or without an n-step companion, and an env
+            that can be widened: Gymnasium native vector envs and ``SyncVectorEnv``s of
             fresh-env factories): one vector env with ``len(pop) * num_envs`` sub-envs (agent
             ``i`` owns the i-th slice), and agents sharing an architecture act and learn as one
             stacked computation, each with its own hyperparameters and exploration (see
@@ -339,7 +270,7 @@ def train_off_policy(
     check_next_step_autoreset(vec_env)
     num_envs = int(vec_env.num_envs)
     _check_memories(pop, memory, n_step_memory, num_envs)
-    memories = _Memories(memory, n_step_memory, max_steps)
+    memories = ReplayMemories(memory, n_step_memory, max_steps)
     learn_credit = [0] * len(pop)
 
     def phase(slot: int, agent: Any, vector_steps: int, should_stop: Callable[[], bool]) -> PhaseResult:
@@ -359,12 +290,11 @@ def train_off_policy(
         wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs, csv_path=csv_path, seed=seed,
         swap_channels=swap_channels, buffers=memories.states,
     )
-    population_env = population_vector_env(vec_env, len(pop)) \
-        if batch_population and n_step_memory is None and can_batch(pop, memory) else None
+    population_env = population_vector_env(vec_env, len(pop)) if batch_population and can_batch(pop, memory) else None
     if population_env is not None:
         def population_phase(agents: list[Any], vector_steps: int, should_stop: Callable[[], bool]) -> list[PhaseResult]:
-            return collect_and_learn_population(agents, population_env, cast(ReplayBuffer, memory), vector_steps,
-                                                schedule, learning_delay, learn_credit, swap_channels, should_stop)
+            return collect_and_learn_population(agents, population_env, memories, vector_steps, schedule,
+                                                learning_delay, learn_credit, swap_channels, should_stop)
 
         def population_evaluate(agents: list[Any]) -> list[float]:
             return evaluate_batched(agents, population_env, loop=eval_loop, max_steps=eval_steps,

@@ -13,9 +13,9 @@ types and counts, activations, norm eps and residual flags; widths may differ). 
 than the widest are zero-padded: each member's weights sit in the leading corner of the stacked
 tensor, layer norms normalise over each member's own units only, and the padding stays exactly
 zero through forward passes, gradients (masked, see :func:`padding_mask`) and Adam updates, so
-every member computes what it computes alone. Networks with layers that have no population version here (convolutions,
-LSTMs, noisy layers, PReLU) raise :class:`NotStackableError` and callers fall back to running the
-members one by one. :func:`bind_members` makes the members' parameters views of the stacked ones.
+every member computes what it computes alone (noisy layers: :mod:`~agile_core.networks.stacked_noisy`).
+Networks with layers that have no population version here (convolutions, LSTMs, PReLU) raise
+:class:`NotStackableError` and callers fall back to running the members one by one. :func:`bind_members` makes the members' parameters views of the stacked ones.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ from torch import nn
 
 from agile_core.networks.base import EvolvableModule
 from agile_core.networks.layers import DenseBlock
+from agile_core.networks.noisy import NoisyLinear
+from agile_core.networks.stacked_noisy import StackedNoisyLinear
 
 __all__ = [
     "FlatParameters",
@@ -257,6 +259,8 @@ def _stacked_child(children: Sequence[nn.Module], path: str, member_paths: Seque
         return StackedLayerNorm(children)  # type: ignore[arg-type]
     if type(first) is DenseBlock:
         return StackedDenseBlock(children)  # type: ignore[arg-type]
+    if type(first) is NoisyLinear:
+        return StackedNoisyLinear(children)  # type: ignore[arg-type]
     if all(type(child) is nn.ModuleList for child in children) and all(
             type(block) is DenseBlock for child in children for block in cast(nn.ModuleList, child)):
         return _stacked_dense_layers([cast(nn.ModuleList, child) for child in children], path, member_paths, paths)
@@ -513,7 +517,7 @@ def member_range(stacked: nn.Module, start: int, stop: int) -> nn.Module:
         return part
 
     def copy_tree(module: nn.Module) -> nn.Module:
-        per_member = isinstance(module, StackedLinear | StackedLayerNorm | StackedDenseBlock)
+        per_member = isinstance(module, StackedLinear | StackedLayerNorm | StackedDenseBlock | StackedNoisyLinear)
         if not per_member and not module._modules:
             return module  # stateless
         clone = copy.copy(module)

@@ -86,6 +86,11 @@ class MultiStepReplayBuffer(RingBuffer):
             "n_steps": LeafSpec((), np.dtype(np.int64)),
         }
         super().__init__(max_size, fields, device, seed)
+        self._allocate_windows()
+        self._discounts = self.gamma ** np.arange(self.n_step, dtype=np.float64)
+
+    def _allocate_windows(self) -> None:
+        """Empty windows of ``n_step`` transitions for each of ``num_envs`` sub-environments."""
         win = (self.num_envs, self.n_step)
         self._window: dict[str, Nested] = {
             "obs": allocate(self.obs_spec, win),
@@ -95,15 +100,21 @@ class MultiStepReplayBuffer(RingBuffer):
         }
         self._win_len = np.zeros(self.num_envs, dtype=np.int64)
         self._win_head = np.zeros(self.num_envs, dtype=np.int64)
-        self._discounts = self.gamma ** np.arange(self.n_step, dtype=np.float64)
 
     @property
     def pending(self) -> np.ndarray:
         """Number of transitions waiting in each sub-environment's window."""
         return self._win_len.copy()
 
-    def clear_windows(self) -> None:
-        """Drop all pending (not yet stored) transitions, e.g. after a manual env reset."""
+    def clear_windows(self, num_envs: int | None = None) -> None:
+        """Drop all pending (not yet stored) transitions, e.g. after a manual env reset; with
+        `num_envs`, keep that many windows from now on (a population env steps ``agents x
+        num_envs`` sub-environments)."""
+        if num_envs is not None and num_envs != self.num_envs:
+            if num_envs < 1:
+                raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+            self.num_envs = int(num_envs)
+            self._allocate_windows()
         self._win_len[:] = 0
         self._win_head[:] = 0
 
@@ -234,8 +245,10 @@ class MultiStepReplayBuffer(RingBuffer):
         return state
 
     def load_state_dict(self, state: StateDict) -> None:
-        """Restore from :meth:`state_dict` output (same spaces, sizes, ``n_step``, ``num_envs``)."""
+        """Restore from :meth:`state_dict` output (same spaces, sizes and ``n_step``; the saved
+        number of windows)."""
         super().load_state_dict(state)
+        self.clear_windows(int(np.asarray(state["window_len"]).shape[0]))  # as many windows as were saved
         for name, store in self._window.items():
             for path, leaf in iter_leaves(store, name):
                 leaf[...] = np.asarray(state[f"window/{path}"]).reshape(leaf.shape)

@@ -78,13 +78,17 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self, batch_size: int, beta: float = 0.4, rng: np.random.Generator | None = None
     ) -> PrioritizedBatch:
         """Stratified proportional sample with importance weights for exponent ``beta``."""
+        return self._prioritized_batch(self.sample_indices(batch_size, rng), beta)
+
+    def sample_indices(self, batch_size: int, rng: np.random.Generator | None = None) -> np.ndarray:
+        """The storage indices :meth:`sample` draws: the total priority mass cut into `batch_size`
+        equal segments, one uniform draw from `rng` (else the buffer's) in each."""
         if self._size == 0:
             raise ValueError("cannot sample from an empty buffer")
         rng = self.rng if rng is None else rng
         total = self.tree.total
         mass = (np.arange(batch_size) + rng.random(batch_size)) * (total / batch_size)
-        idx = self.tree.find_prefix(mass)
-        return self._prioritized_batch(idx, beta)
+        return self.tree.find_prefix(mass)
 
     def sample_from_indices(self, indices: Any, beta: float = 0.4) -> PrioritizedBatch:  # type: ignore[override]
         """Transitions at ``indices`` with their current importance weights."""
