@@ -145,16 +145,21 @@ class LocalTrainer(Trainer):
         spec = self.manifest.algorithm
         module_name, _, class_name = type(spec).algorithm_class.partition(":")
         algorithm_class = getattr(importlib.import_module(module_name), class_name)
-        accepted = inspect.signature(algorithm_class).parameters
+        parameters = inspect.signature(algorithm_class).parameters
+        open_ended = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+
+        def accepted(name: str) -> bool:
+            return name in parameters or open_ended
+
         seed = self.manifest.training.seed
-        kwargs = {k: v for k, v in spec.hyperparameters().items() if k in accepted}
-        if "net_config" in accepted and self.manifest.network is not None:
+        kwargs = dict(spec.hyperparameters())  # every spec field is a constructor argument (tested)
+        if accepted("net_config") and self.manifest.network is not None:
             kwargs["net_config"] = self.manifest.network.model_dump(exclude_none=True)
-        kwargs.update({k: v for k, v in self.networks.items() if v is not None and k in accepted})
+        kwargs.update({k: v for k, v in self.networks.items() if v is not None and accepted(k)})
         population = []
         for index in range(self.manifest.training.pop_size):
             agent_kwargs = dict(kwargs)
-            if "seed" in accepted:
+            if accepted("seed"):
                 agent_kwargs["seed"] = None if seed is None else seed + index
             population.append(algorithm_class(
                 env.single_observation_space, env.single_action_space, index=index, hp_config=hp_config,

@@ -55,6 +55,7 @@ from agile_offpolicy.exploration import (
     OrnsteinUhlenbeckNoise,
     make_action_noise,
 )
+from agile_offpolicy.specs import DDPGSpec
 
 __all__ = ["DDPG", "soft_update"]
 
@@ -100,6 +101,9 @@ def _check_range(name: str, value: float, low: float, high: float, low_open: boo
         raise ValueError(f"{name} must lie in {bracket}{low}, {high}], got {value}")
     return value
 
+
+_DEFAULTS = DDPGSpec.defaults()
+"""The registered spec's defaults: the one home of this algorithm's keyword defaults."""
 
 class DDPG(SingleAgentAlgorithm):
     """DDPG agent: a deterministic actor, critic(s), their targets and two Adam optimizers.
@@ -155,21 +159,21 @@ class DDPG(SingleAgentAlgorithm):
         index: int = 0,
         hp_config: HyperparameterConfig | None = None,
         net_config: NetworkSpec | Mapping[str, Any] | None = None,
-        batch_size: int = 64,
-        lr_actor: float = 1e-4,
-        lr_critic: float = 1e-3,
-        learn_step: int = 5,
-        gamma: float = 0.99,
-        tau: float = 1e-3,
-        policy_freq: int = 2,
-        O_U_noise: bool = True,
-        expl_noise: float = 0.1,
-        vect_noise_dim: int = 1,
-        mean_noise: float = 0.0,
-        theta: float = 0.15,
-        dt: float = 1e-2,
-        share_encoders: bool = False,
-        normalize_images: bool = True,
+        batch_size: int = _DEFAULTS["batch_size"],
+        lr_actor: float = _DEFAULTS["lr_actor"],
+        lr_critic: float = _DEFAULTS["lr_critic"],
+        learn_step: int = _DEFAULTS["learn_step"],
+        gamma: float = _DEFAULTS["gamma"],
+        tau: float = _DEFAULTS["tau"],
+        policy_freq: int = _DEFAULTS["policy_freq"],
+        O_U_noise: bool = _DEFAULTS["O_U_noise"],
+        expl_noise: float = _DEFAULTS["expl_noise"],
+        vect_noise_dim: int = _DEFAULTS["vect_noise_dim"],
+        mean_noise: float = _DEFAULTS["mean_noise"],
+        theta: float = _DEFAULTS["theta"],
+        dt: float = _DEFAULTS["dt"],
+        share_encoders: bool = _DEFAULTS["share_encoders"],
+        normalize_images: bool = _DEFAULTS["normalize_images"],
         device: str | torch.device = "cpu",
         seed: int | None = None,
     ) -> None:

@@ -39,6 +39,7 @@ from agile_core.networks import (
 )
 from agile_core.specs.network import NetworkSpec
 from agile_core.training.evaluation import evaluate_policy
+from agile_offpolicy.specs import DQNSpec
 
 
 def _check_hyperparameters(batch_size: int, lr: float, learn_step: int, gamma: float, tau: float) -> None:
@@ -53,6 +54,9 @@ def _check_hyperparameters(batch_size: int, lr: float, learn_step: int, gamma: f
     if not 0 < tau <= 1:
         raise ValueError(f"tau must lie in (0, 1], got {tau}")
 
+
+_DEFAULTS = DQNSpec.defaults()
+"""The registered spec's defaults: the one home of this algorithm's keyword defaults."""
 
 class DQN(SingleAgentAlgorithm):
     """DQN agent: an evolvable Q network, its target copy and an Adam optimizer.
@@ -93,13 +97,13 @@ class DQN(SingleAgentAlgorithm):
         index: int = 0,
         hp_config: HyperparameterConfig | None = None,
         net_config: NetworkSpec | Mapping[str, Any] | None = None,
-        batch_size: int = 64,
-        lr: float = 1e-4,
-        learn_step: int = 5,
-        gamma: float = 0.99,
-        tau: float = 1e-3,
-        double: bool = True,
-        normalize_images: bool = True,
+        batch_size: int = _DEFAULTS["batch_size"],
+        lr: float = _DEFAULTS["lr"],
+        learn_step: int = _DEFAULTS["learn_step"],
+        gamma: float = _DEFAULTS["gamma"],
+        tau: float = _DEFAULTS["tau"],
+        double: bool = _DEFAULTS["double"],
+        normalize_images: bool = _DEFAULTS["normalize_images"],
         device: str | torch.device = "cpu",
         seed: int | None = None,
         actor_network: EvolvableModule | None = None,

@@ -35,15 +35,20 @@ from agile_core.hpo.hyperparameters import HyperparameterConfig
 from agile_core.networks import ContinuousQNetwork
 from agile_core.specs.network import NetworkSpec
 from agile_offpolicy.ddpg import DDPG, _check_range
+from agile_offpolicy.specs import TD3Spec
 
 __all__ = ["TD3"]
 
+
+_DEFAULTS = TD3Spec.defaults()
+"""The registered spec's defaults (TD3's own `tau`, `policy_noise`, `noise_clip`)."""
 
 class TD3(DDPG):
     """TD3 agent: DDPG with twin critics ``critic_1``/``critic_2`` (and their ``*_target``),
     clipped double-Q targets, target policy smoothing and delayed actor updates.
 
-    Takes every argument of :class:`~agile_offpolicy.ddpg.DDPG` (``tau`` defaults to 5e-3) plus:
+    Takes every argument of :class:`~agile_offpolicy.ddpg.DDPG` (as keywords after `net_config`;
+    ``tau`` defaults to TD3's own, 5e-3, from :class:`~agile_offpolicy.specs.TD3Spec`) plus:
 
     Args:
         policy_noise: Std of the target smoothing noise, relative to half the action range.
@@ -64,35 +69,16 @@ class TD3(DDPG):
         index: int = 0,
         hp_config: HyperparameterConfig | None = None,
         net_config: NetworkSpec | Mapping[str, Any] | None = None,
-        batch_size: int = 64,
-        lr_actor: float = 1e-4,
-        lr_critic: float = 1e-3,
-        learn_step: int = 5,
-        gamma: float = 0.99,
-        tau: float = 5e-3,
-        policy_freq: int = 2,
-        O_U_noise: bool = True,
-        expl_noise: float = 0.1,
-        vect_noise_dim: int = 1,
-        mean_noise: float = 0.0,
-        theta: float = 0.15,
-        dt: float = 1e-2,
-        share_encoders: bool = False,
-        normalize_images: bool = True,
-        device: str | torch.device = "cpu",
-        seed: int | None = None,
-        policy_noise: float = 0.2,
-        noise_clip: float = 0.5,
+        *,
+        tau: float = _DEFAULTS["tau"],
+        policy_noise: float = _DEFAULTS["policy_noise"],
+        noise_clip: float = _DEFAULTS["noise_clip"],
+        **ddpg_options: Any,
     ) -> None:
         self.policy_noise = _check_range("policy_noise", policy_noise, 0.0, float("inf"))
         self.noise_clip = _check_range("noise_clip", noise_clip, 0.0, float("inf"))
-        super().__init__(
-            observation_space, action_space, index=index, hp_config=hp_config, net_config=net_config,
-            batch_size=batch_size, lr_actor=lr_actor, lr_critic=lr_critic, learn_step=learn_step, gamma=gamma,
-            tau=tau, policy_freq=policy_freq, O_U_noise=O_U_noise, expl_noise=expl_noise,
-            vect_noise_dim=vect_noise_dim, mean_noise=mean_noise, theta=theta, dt=dt,
-            share_encoders=share_encoders, normalize_images=normalize_images, device=device, seed=seed,
-        )
+        super().__init__(observation_space, action_space, index=index, hp_config=hp_config, net_config=net_config,
+                         tau=tau, **ddpg_options)
 
     @classmethod
     def _target_actions(cls, group: MemberGroup, next_obs: Any, weights: torch.Tensor) -> torch.Tensor:

@@ -91,6 +91,7 @@ from agile_core.training.evaluation import evaluate_policy
 from agile_core.training.population import pad_index_batches
 from agile_onpolicy.rollout import SEQUENCE_TYPES, RecurrentBatch, RolloutBatch, RolloutBuffer
 from agile_onpolicy.rollout.storage import map_tree
+from agile_onpolicy.specs import PPOSpec
 
 HiddenStates = dict[str, tuple[torch.Tensor, torch.Tensor]]
 """Recurrent state of a PPO agent: ``{"actor": (h, c)[, "critic": (h, c)]}``, each tensor
@@ -103,6 +104,9 @@ LOSS_NAMES: tuple[str, ...] = (
 )
 """Per-minibatch statistics averaged by :meth:`PPO.learn`."""
 
+
+_DEFAULTS = PPOSpec.defaults()
+"""The registered spec's defaults: the one home of this algorithm's keyword defaults."""
 
 class SharedActorCritic(StochasticActor):
     """A :class:`StochasticActor` with a value head on the same encoder latent.
@@ -331,26 +335,26 @@ class PPO(SingleAgentAlgorithm):
         index: int = 0,
         hp_config: HyperparameterConfig | None = None,
         net_config: NetworkSpec | Mapping[str, Any] | None = None,
-        batch_size: int = 64,
-        lr: float = 1e-4,
-        learn_step: int = 4096,
-        gamma: float = 0.99,
-        gae_lambda: float = 0.95,
-        action_std_init: float = 0.6,
-        clip_coef: float = 0.2,
-        ent_coef: float = 0.01,
-        vf_coef: float = 0.5,
-        max_grad_norm: float = 0.5,
-        target_kl: float | None = None,
-        update_epochs: int = 4,
-        share_encoders: bool = True,
-        recurrent: bool = False,
-        bptt_sequence_type: Literal["chunked", "maximum", "fifty_percent_overlap"] = "chunked",
-        max_seq_len: int | None = None,
-        normalize_advantages: bool = True,
-        clip_vloss: bool = False,
-        use_gae: bool = True,
-        normalize_images: bool = True,
+        batch_size: int = _DEFAULTS["batch_size"],
+        lr: float = _DEFAULTS["lr"],
+        learn_step: int = _DEFAULTS["learn_step"],
+        gamma: float = _DEFAULTS["gamma"],
+        gae_lambda: float = _DEFAULTS["gae_lambda"],
+        action_std_init: float = _DEFAULTS["action_std_init"],
+        clip_coef: float = _DEFAULTS["clip_coef"],
+        ent_coef: float = _DEFAULTS["ent_coef"],
+        vf_coef: float = _DEFAULTS["vf_coef"],
+        max_grad_norm: float = _DEFAULTS["max_grad_norm"],
+        target_kl: float | None = _DEFAULTS["target_kl"],
+        update_epochs: int = _DEFAULTS["update_epochs"],
+        share_encoders: bool = _DEFAULTS["share_encoders"],
+        recurrent: bool = _DEFAULTS["recurrent"],
+        bptt_sequence_type: Literal["chunked", "maximum", "fifty_percent_overlap"] = _DEFAULTS["bptt_sequence_type"],
+        max_seq_len: int | None = _DEFAULTS["max_seq_len"],
+        normalize_advantages: bool = _DEFAULTS["normalize_advantages"],
+        clip_vloss: bool = _DEFAULTS["clip_vloss"],
+        use_gae: bool = _DEFAULTS["use_gae"],
+        normalize_images: bool = _DEFAULTS["normalize_images"],
         device: str | torch.device = "cpu",
         seed: int | None = None,
         actor_network: EvolvableModule | None = None,

@@ -361,7 +361,8 @@ class EvolvableAlgorithm(ABC):
         meta, tensors = read_agent(path, device)
         klass = algorithm_class(str(meta["algorithm"]), cls)
         args = decode_argument(meta["init_args"], device)
-        if "device" in inspect.signature(klass).parameters:
+        parameters = inspect.signature(klass).parameters
+        if "device" in parameters or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
             args["device"] = device
         agent = klass(**args)
         restore_agent(agent, meta, tensors)
