@@ -200,3 +200,36 @@ def test_manifest_invalid_yaml_line_number(tmp_path, capsys):
     assert main(["validate", str(file)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"{file}:5: invalid YAML") or err.startswith(f"{file}:4: invalid YAML"), err
+
+
+def test_training_fields_a_paradigm_does_not_read_are_rejected() -> None:
+    """PPO reads no epsilon schedule, warm-up or replay buffer; the LLM/bandit fields belong to
+    paradigms that read them. Setting them is an error naming the paradigm, not silently ignored."""
+    from agile_core.errors import ManifestError
+    from agile_core.specs.manifest import TrainingManifest
+
+    def check(text: str) -> None:
+        TrainingManifest.from_text(textwrap.dedent(text))
+
+    with pytest.raises(ManifestError) as caught:
+        check("""
+            algorithm: {name: PPO}
+            environment: {name: CartPole-v1}
+            training: {eps_start: 0.5, learning_delay: 100, max_steps: 1000}
+            """)
+    message = str(caught.value)
+    assert "training.eps_start: is not used by the on-policy paradigm (PPO)" in message
+    assert "training.learning_delay" in message and "max_steps" not in message
+    dqn = """
+        algorithm: {name: DQN}
+        environment: {name: CartPole-v1}
+        training: {eps_start: 0.5, learning_delay: 100%s}
+        """
+    with pytest.raises(ManifestError, match=r"training.sum_scores: is not used by the off-policy paradigm \(DQN\)"):
+        check(dqn % ", sum_scores: false")
+    check(dqn % "")  # the off-policy paradigm reads these
+    check("""
+        algorithm: {name: PPO}
+        environment: {name: CartPole-v1}
+        training: {eps_start: null, sum_scores: true}
+        """)  # defaults are harmless

@@ -58,6 +58,10 @@ class Paradigm:
     """Spec of the manifest's `network` section."""
     hooks: Mapping[str, str] = field(default_factory=dict)
     """Lazily imported `module:attr` references: `train_loop`, `build_run`, `buffer_factory`..."""
+    training_fields: frozenset[str] = frozenset()
+    """`training` fields this paradigm reads beyond the ones every paradigm reads
+    (:data:`~agile_core.specs.training.COMMON_TRAINING_FIELDS`); a manifest that sets any other is
+    rejected, naming the paradigm."""
 
     def algorithm_names(self) -> list[str]:
         """Names of the algorithms this paradigm registers."""

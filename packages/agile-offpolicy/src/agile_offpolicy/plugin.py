@@ -14,4 +14,5 @@ PARADIGM = Paradigm(
         "loop_kwargs": "agile_offpolicy.run:loop_kwargs",
         "buffer_factory": "agile_offpolicy.run:build_buffer",
     },
+    training_fields=frozenset({"replay_buffer", "learning_delay", "eps_start", "eps_end", "eps_decay"}),
 )

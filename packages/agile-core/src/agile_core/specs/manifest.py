@@ -32,7 +32,7 @@ from agile_core.specs.selection import (
     SelectionStrategySpec,
     TournamentSelectionSpec,
 )
-from agile_core.specs.training import ReplayBufferSpec, TrainingSpec
+from agile_core.specs.training import COMMON_TRAINING_FIELDS, ReplayBufferSpec, TrainingSpec
 from agile_core.yaml_source import ManifestSource, parse_text, read_manifest_file
 
 SELECTION_KEYS = ("selection_strategy", "tournament_selection")
@@ -188,6 +188,7 @@ def _validated_sections(data: dict[str, Any]) -> dict[str, Any]:
     _validate_selection(data, issues, out)
     if spec_class is not None:
         issues.extend(_cross_field_issues(data, out, spec_class))
+        issues.extend(_paradigm_field_issues(out, paradigm, spec_class))
     if issues:
         raise _as_validation_error(issues)
     return out
@@ -303,6 +304,19 @@ def _cross_field_issues(
         if isinstance(inner, dict) and "n_step" in inner and inner["n_step"] != buffer["n_step"]:
             issues.append(ManifestIssue(("replay_buffer", "n_step"), "conflicts with n_step_buffer_args.n_step; give one of them", buffer["n_step"]))
     return issues
+
+
+def _paradigm_field_issues(out: dict[str, Any], paradigm: Any, spec_class: type[AlgorithmSpec]) -> list[ManifestIssue]:
+    """A `training` field the algorithm's paradigm does not read, set to anything but its default,
+    is an error (not silently ignored)."""
+    training = out.get("training")
+    if training is None or paradigm is None:
+        return []
+    allowed = COMMON_TRAINING_FIELDS | paradigm.training_fields
+    return [ManifestIssue(("training", name), f"is not used by the {paradigm.name.replace('_', '-')} paradigm "
+                                              f"({spec_class.registered_name()}); remove it", getattr(training, name))
+            for name in sorted(training.model_fields_set - allowed)
+            if getattr(training, name) != type(training).model_fields[name].get_default(call_default_factory=True)]
 
 
 def _rl_hp_issues(data: dict[str, Any], out: dict[str, Any], spec_class: type[AlgorithmSpec]) -> list[ManifestIssue]:

@@ -134,3 +134,11 @@ class TrainingSpec(Spec):
         if self.eps_start is not None and self.eps_end is not None and self.eps_end > self.eps_start:
             raise field_error("eps_end", f"must not exceed eps_start ({self.eps_start})")
         return self
+
+
+COMMON_TRAINING_FIELDS = frozenset({
+    "max_steps", "evo_steps", "pop_size", "eval_steps", "eval_loop", "hpo", "target_score", "checkpoint_steps",
+    "checkpoint_path", "overwrite_checkpoints", "seed", "batch_population",
+})
+"""`training` fields every paradigm's loop reads; the others belong to the paradigms that declare
+them (``Paradigm.training_fields``)."""
