@@ -138,8 +138,10 @@ def rainbow_learn(agent: RainbowDQN, experiences: Sequence[Any],
     generator = torch.Generator().manual_seed(int(agent.rng.integers(2**62)))
     for network in (agent.actor, agent.actor_target):
         for module in network.modules():
-            if isinstance(module, NoisyLinear):
-                module.reset_noise(generator)
+            if isinstance(module, NoisyLinear):  # f(x) = sign(x) sqrt(|x|) of normal draws, inputs first
+                for buffer, size in ((module.eps_in, module.in_features), (module.eps_out, module.out_features)):
+                    noise = torch.randn(size, generator=generator, dtype=torch.float64)
+                    buffer.copy_((noise.sign() * noise.abs().sqrt()).to(buffer.dtype))
     agent.learn_counter += 1
     priorities = per_sample.detach().numpy().astype(np.float64) + agent.prior_eps
     return float(loss.detach()), priorities

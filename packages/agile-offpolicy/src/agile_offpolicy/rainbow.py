@@ -41,7 +41,7 @@ from agile_core.networks import (
     RainbowQNetwork,
     preprocess_observation,
 )
-from agile_core.networks.fused import gradient_rows
+from agile_core.networks.noisy import draw_factorised_noise
 from agile_core.specs.network import NetworkSpec
 from agile_core.training.evaluation import evaluate_policy
 from agile_offpolicy.dqn import _check_hyperparameters
@@ -57,19 +57,12 @@ STRUCTURAL_HYPERPARAMETERS = ("num_atoms", "v_min", "v_max", "noise_std", "n_ste
 """Fixed at construction (they shape the network or the n-step buffer): never mutated."""
 
 
-def _log_probs_and_free_q(online: nn.Module, obs: Any, next_obs: Any,
-                          support: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(log Z_online(obs) [P, rows, A, K] with gradient, E[Z_online(next_obs)] [P, rows', A] without)``,
-    in one call on the rows of both when they are tensors (fused chains differentiate only the first)."""
-    if not isinstance(obs, torch.Tensor) or not isinstance(next_obs, torch.Tensor):
-        with torch.no_grad():
-            next_q = online(next_obs, "q")
-        return online(obs, "log_probs"), next_q
-    rows = obs.shape[1]
-    with gradient_rows(rows):
-        log_probs = online(torch.cat([obs, next_obs], dim=1), "log_probs")
-    next_q = (log_probs[:, rows:].detach().exp() * support).sum(dim=-1)
-    return log_probs[:, :rows], next_q
+def _log_probs_and_free_q(online: nn.Module, obs: Any, next_obs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(log Z_online(obs) [P, rows, A, K] with gradient, E[Z_online(next_obs)] [P, rows, A] without)``:
+    two calls, so the backward pass covers only the rows that learn."""
+    with torch.no_grad():
+        next_q = online(next_obs, "q")
+    return online(obs, "log_probs"), next_q
 
 
 def project_distribution(next_probs: torch.Tensor, rewards: torch.Tensor, discounts: torch.Tensor,
@@ -244,12 +237,11 @@ class RainbowDQN(SingleAgentAlgorithm):
 
     def reset_noise(self) -> None:
         """Redraw the noise of the online and target networks, independently, from the agent's RNG
-        (so seeded runs repeat and resume exactly)."""
+        (so seeded runs repeat and resume exactly), in module order: the noisy layers of a
+        ``RainbowQNetwork`` are its heads' output layers."""
         generator = torch.Generator().manual_seed(int(self.rng.integers(2**62)))
-        for network in (self.actor, self.actor_target):
-            for module in network.modules():
-                if isinstance(module, NoisyLinear):
-                    module.reset_noise(generator)
+        draw_factorised_noise([layer for network in (self.actor, self.actor_target) for name in network.head_names
+                               if isinstance(layer := getattr(network, name).output_layer, NoisyLinear)], generator)
 
     def population_key(self) -> str:
         """Members of one group share the support (atoms, bounds), the loss form and image scaling."""
@@ -363,7 +355,7 @@ class RainbowDQN(SingleAgentAlgorithm):
         gamma = group.column("gamma")
         n_steps = getattr(batch, "n_steps", None)
         discounts = (gamma if n_steps is None else torch.pow(gamma, n_steps)) * (1.0 - batch.done)
-        log_probs, next_q = _log_probs_and_free_q(group.nets["actor"], obs, next_obs, first.actor.support)
+        log_probs, next_q = _log_probs_and_free_q(group.nets["actor"], obs, next_obs)
         target = cls._target_distribution(group, batch.reward, next_obs, discounts, next_q)
         taken = log_probs.gather(2, actions[..., None, None].expand(*actions.shape, 1, log_probs.shape[-1]))
         return -(target * taken.squeeze(2)).sum(dim=-1)

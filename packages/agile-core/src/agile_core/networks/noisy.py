@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -12,13 +13,22 @@ from torch.nn.utils import skip_init
 from agile_core.networks.resize import IndexMap, new_units, remap, uniform
 
 
-def _scaled_noise(size: int, like: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """f(x) = sign(x) * sqrt(|x|) of standard normal samples (Fortunato et al., 2018); nothing is
-    drawn for a meta tensor."""
-    if like.device.type == "meta":
-        return torch.empty(size, device="meta", dtype=like.dtype)
-    noise = torch.randn(size, generator=generator, dtype=torch.float64)
-    return (noise.sign() * noise.abs().sqrt()).to(device=like.device, dtype=like.dtype)
+def draw_factorised_noise(layers: Sequence[NoisyLinear], generator: torch.Generator | None = None) -> None:
+    """Redraw the noise of `layers` from `generator` in turn: for each layer ``f(eps_in)`` then
+    ``f(eps_out)`` with ``f(x) = sign(x) sqrt(|x|)`` of standard normal samples (Fortunato et al.,
+    2018), the scaling done once for all of them; nothing is drawn for meta tensors."""
+    live = [layer for layer in layers if layer.weight_mu.device.type != "meta"]
+    if not live:
+        return
+    raw = torch.cat([torch.randn(size, generator=generator, dtype=torch.float64)
+                     for layer in live for size in (layer.in_features, layer.out_features)])
+    scaled = raw.sign() * raw.abs().sqrt()
+    start = 0
+    for layer in live:
+        for buffer in (layer.eps_in, layer.eps_out):
+            size = buffer.shape[0]
+            buffer.copy_(scaled[start:start + size])
+            start += size
 
 
 class NoisyLinear(nn.Module):
@@ -73,8 +83,9 @@ class NoisyLinear(nn.Module):
 
     def reset_noise(self, generator: torch.Generator | None = None) -> None:
         """Draw fresh factorised noise."""
-        self.eps_in.copy_(_scaled_noise(self.in_features, self.weight_mu, generator))
-        self.eps_out.copy_(_scaled_noise(self.out_features, self.weight_mu, generator))
+        if self.weight_mu.device.type == "meta":
+            return
+        draw_factorised_noise([self], generator)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Noisy affine map in training mode, mean affine map in evaluation mode."""
