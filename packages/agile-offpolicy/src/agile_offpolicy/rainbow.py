@@ -18,6 +18,11 @@ Exploration comes from the NoisyLinear output layers (training mode): the noise 
 and target networks is redrawn, independently, after every learning step. Greedy evaluation
 (``training=False``) uses the mean weights. After every learning step the target network moves
 towards the online one by ``tau``.
+
+The learning step and the acting rule are written once, for a group of ``P`` members
+(:meth:`RainbowDQN.learn_population`, :meth:`RainbowDQN.act_population`: tensors ``[P, rows, ...]``,
+``gamma``/``tau``/``prior_eps`` and the learning rate per member, stacked noisy layers in which
+each member draws its own noise); ``learn`` and ``get_action`` are their ``P = 1`` case.
 """
 
 from __future__ import annotations
