@@ -174,8 +174,7 @@ def bench_learn_rainbow(pops: list[int], repeats: int, batch_size: int, hidden: 
 
         def stacked(group: MemberGroup = group, active: list[bool] = active) -> None:
             batch = memories.sample_population(group.members, active, "cpu")
-            for indices, out in zip(batch.indices, RainbowDQN.learn_population(group, batch, active), strict=True):
-                memories.write_back(indices, out)
+            memories.write_back(batch.indices, RainbowDQN.learn_population(group, batch, active))
 
         for fn in (one_by_one, stacked):  # warm-up
             for _ in range(10):

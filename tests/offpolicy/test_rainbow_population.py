@@ -91,7 +91,7 @@ def learn_one(memories: ReplayMemories, agent: Any, step: Any) -> Any:
     """Sample `agent`'s batch (with its n-step view), run `step`, write back priorities."""
     batch, n_batch = memories.sample(agent)
     out = step(agent, batch) if n_batch is None else step(agent, batch, n_batch)
-    memories.write_back(batch.indices, out)
+    memories.write_back([batch.indices], [out])
     return out
 
 
@@ -134,11 +134,10 @@ def test_group_learning_equals_single_agents(kind: str, widths: bool) -> None:
         view = group.select(active)
         part = list(active[view.offset:view.offset + len(view)])
         batch = memories.sample_population(view.members, part, "cpu")
-        outs = [None] * view.offset + RainbowDQN.learn_population(view, batch, part)
+        own = RainbowDQN.learn_population(view, batch, part)
+        memories.write_back(batch.indices, own)
+        outs = [None] * view.offset + own
         outs += [None] * (len(active) - len(outs))
-        for indices, out in zip(batch.indices, outs[view.offset:], strict=False):
-            if out is not None:
-                memories.write_back(indices, out)
         drawn = [single_memories.sample(agent) if on else None for agent, on in zip(single, active, strict=True)]
         for agent, out, sample in zip(single, outs, drawn, strict=True):  # every member drew before any learnt
             if sample is None:
@@ -146,7 +145,7 @@ def test_group_learning_equals_single_agents(kind: str, widths: bool) -> None:
                 continue
             expected = agent.learn(sample[0]) if sample[1] is None else agent.learn(*sample)
             same_out(out, expected)
-            single_memories.write_back(sample[0].indices, expected)
+            single_memories.write_back([sample[0].indices], [expected])  # one by one, in member order
     for mine, theirs in zip(batched, single, strict=True):
         assert_same_rainbow(mine, theirs)
     assert_same_priorities(memories, single_memories)

@@ -199,21 +199,22 @@ class ReplayMemories:
                                                          padded.shape[0], batch.weights)
         return batch
 
-    def write_back(self, indices: np.ndarray, result: Any) -> Any:
-        """The losses of a learn step's `result`; a ``(losses, priorities)`` pair's priorities go
-        to a prioritized memory for the sampled `indices`."""
-        if not isinstance(result, tuple):
-            return result
-        losses, priorities = result
-        if self.prioritized:
-            self.memory.update_priorities(indices, priorities)
+    def write_back(self, indices: Sequence[np.ndarray], results: Sequence[Any]) -> list[Any]:
+        """The losses of learn steps' `results` (None stays None); the priorities of ``(losses,
+        priorities)`` pairs go to a prioritized memory for each step's sampled `indices`, in one
+        update in order (an index two steps sampled takes the later step's priority)."""
+        losses = [result[0] if isinstance(result, tuple) else result for result in results]
+        pairs = [(idx, result[1]) for idx, result in zip(indices, results, strict=True) if isinstance(result, tuple)]
+        if self.prioritized and pairs:
+            self.memory.update_priorities(np.concatenate([idx for idx, _ in pairs]),
+                                          np.concatenate([np.asarray(priorities).reshape(-1) for _, priorities in pairs]))
         return losses
 
     def learn(self, agent: Any) -> Any:
         """Sample a batch for `agent`, run its ``learn``, write back priorities; return the losses."""
         batch, n_batch = self.sample(agent)
         out = agent.learn(batch) if n_batch is None else agent.learn(batch, n_experiences=n_batch)
-        return self.write_back(batch.indices, out)
+        return self.write_back([batch.indices], [out])[0]
 
     def states(self) -> dict[str, Any]:
         """The memories' checkpoint states."""
@@ -347,10 +348,10 @@ def _learn(population: list[Any], groups: Groups, memories: ReplayMemories,
                 batch = memories.sample_population(view.members, part, group.device)
             with PROFILER.learn:
                 outs = group.algorithm.learn_population(view, batch, part)
-            for slot, indices, out in zip(slots[view.offset:view.offset + len(view)], batch.indices, outs,
-                                          strict=True):
-                if out is not None:  # in member order: a later member's priority wins a shared index
-                    record_losses(results[slot].losses, memories.write_back(indices, out))
+            losses = memories.write_back(batch.indices, outs)  # members in order: a later one wins a shared index
+            for slot, loss in zip(slots[view.offset:view.offset + len(view)], losses, strict=True):
+                if loss is not None:
+                    record_losses(results[slot].losses, loss)
 
 
 def record_losses(losses: dict[str, list[float]], value: Any) -> None:
