@@ -245,9 +245,17 @@ def test_subclasses_batch_unless_they_override_learn() -> None:
         def learn(self, experiences: Any) -> float:
             return 0.0
 
+    class Wrapped(DQN):
+        def learn(self, experiences: Any) -> float:
+            return super().learn(experiences) * 1.0
+
     memory = ReplayBuffer(10, DQN_OBS, DQN_ACT)
     assert can_batch([Tweaked(DQN_OBS, DQN_ACT), Tweaked(DQN_OBS, DQN_ACT)], memory)
     assert not can_batch([OwnLearn(DQN_OBS, DQN_ACT)], memory)
+    wrapped = Wrapped(DQN_OBS, DQN_ACT, batch_size=8)  # its own learn still runs the shared step
+    assert not can_batch([wrapped], memory)
+    filled = memory_for(DQN_OBS, DQN_ACT)
+    assert np.isfinite(wrapped.learn(filled.sample(8, wrapped.rng)))
 
 
 def test_members_share_weights_with_their_group_and_a_changed_member_makes_it_stale() -> None:

@@ -170,9 +170,11 @@ class EvolvableAlgorithm(ABC):
         spaces_key = (repr(getattr(self, "observation_space", None)), repr(getattr(self, "action_space", None)))
         return repr((type(self).__qualname__, str(self.device), spaces_key))
 
-    def check_population_support(self) -> None:
+    def check_population_support(self, own_learn_allowed: bool = False) -> None:
         """Raise ``NotStackableError`` (with the reason) when this agent cannot learn in a group:
-        no population-shaped step, or a subclass that overrides ``learn`` without it."""
+        no population-shaped step, or (unless `own_learn_allowed`, as for a group of one that the
+        agent's own ``learn`` builds) a subclass that overrides ``learn`` without it, whose
+        population would otherwise skip its ``learn``."""
         from agile_core.networks.stacked import NotStackableError
 
         cls = type(self)
@@ -180,7 +182,7 @@ class EvolvableAlgorithm(ABC):
         if step_owner is EvolvableAlgorithm or _owner(cls, "act_population") is EvolvableAlgorithm:
             raise NotStackableError(f"{cls.__name__} has no population-shaped learning step")
         learn_owner = _owner(cls, "learn")
-        if learn_owner is not step_owner and issubclass(learn_owner, step_owner):
+        if not own_learn_allowed and learn_owner is not step_owner and issubclass(learn_owner, step_owner):
             raise NotStackableError(f"{cls.__name__} overrides learn() but not learn_population()")
 
     def solo_group(self) -> MemberGroup:

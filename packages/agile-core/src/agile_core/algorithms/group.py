@@ -187,7 +187,7 @@ class MemberGroup:
             raise NotStackableError("a group holds agents of one algorithm class")
         if len({member.population_key() for member in members}) != 1:
             raise NotStackableError(f"the {algorithm.__name__} members differ in settings a group must share")
-        first.check_population_support()
+        first.check_population_support(own_learn_allowed=True)
         self.members: list[Any] = list(members)  # one algorithm's agents, read through its own attributes
         self.algorithm: type[Any] = algorithm
         self.device = first.device
@@ -211,7 +211,7 @@ class MemberGroup:
             self._unit()
 
     def _unit(self) -> None:
-        """A group of one whose networks do not stack (convolutions, LSTMs, noisy layers...): the
+        """A group of one whose networks do not stack (convolutions, LSTMs...): the
         member's own networks, each wrapped to take and give a leading member axis of 1, and its
         own optimizers."""
         self.stacked = False
