@@ -19,7 +19,9 @@ threshold (null if never); ``curve`` is ``[steps per agent, best fitness of that
 per generation. The threshold is ``--threshold`` or else the manifest's ``training.target_score``.
 ``--stop-at-threshold`` ends a seed as soon as one agent reaches the threshold (the training loop
 otherwise stops only when *every* agent reaches ``target_score``), which saves time when the
-question is steps to threshold; ``final_best`` then means the best at that point.
+question is steps to threshold; ``final_best`` then means the best at that point. ``--patch``
+sets a class attribute in the child before training (an experiment switch, e.g. a DQN's
+``max_grad_norm``), so alternatives are measured without editing the library.
 
 Summary: ``success_rate`` (share of seeds whose best agent reached the threshold within the
 budget), ``median_steps_to_threshold`` over all seeds (a seed that never reached it counts as
@@ -48,6 +50,15 @@ from agile_core.specs.manifest import validate_source
 from agile_core.trainer import LocalTrainer
 from agile_core.yaml_source import read_manifest_file
 args = json.loads(sys.argv[1])
+import importlib, yaml
+for patch in args.get("patches", []):  # experiments: "module:Class.attr=value" (value parsed as YAML)
+    target, _, raw = patch.partition("=")
+    module_name, _, attr_path = target.partition(":")
+    owner = importlib.import_module(module_name)
+    *parents, attr = attr_path.split(".")
+    for name in parents:
+        owner = getattr(owner, name)
+    setattr(owner, attr, yaml.safe_load(raw))
 manifest = validate_source(apply_overrides(read_manifest_file(args["manifest"]), args["overrides"]))
 threshold = args["threshold"] if args["threshold"] is not None else manifest.training.target_score
 if args["stop_at_threshold"] and threshold is not None:
@@ -120,10 +131,11 @@ def summarize(results: Sequence[dict[str, Any]], threshold: float | None) -> dic
 
 
 def run_seed(manifest: str, seed: int, overrides: list[str], threshold: float | None, stop: bool,
-             keep_rand_seed: bool, has_mutation: bool) -> dict[str, Any]:
+             keep_rand_seed: bool, has_mutation: bool, patches: Sequence[str] = ()) -> dict[str, Any]:
     """Train `manifest` with `seed` in a subprocess; return its per-seed JSON."""
     args = {"manifest": manifest, "threshold": threshold, "stop_at_threshold": stop,
-            "overrides": [*overrides, *seed_overrides(seed, has_mutation, keep_rand_seed)]}
+            "overrides": [*overrides, *seed_overrides(seed, has_mutation, keep_rand_seed)],
+            "patches": list(patches)}
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps(args)], capture_output=True, text=True, env=env)
     if proc.returncode != 0:
@@ -157,6 +169,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="end a seed as soon as one agent reaches the threshold")
     parser.add_argument("--keep-rand-seed", action="store_true", help="do not vary mutation.rand_seed with the seed")
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="override, as agile train --set")
+    parser.add_argument("--patch", dest="patches", action="append", default=[], metavar="MODULE:ATTR=VALUE",
+                        help="experiments only: set a class or module attribute in the child before training "
+                             "(e.g. agile_offpolicy.dqn:DQN.max_grad_norm=null)")
     args = parser.parse_args(argv)
     if args.seeds < 1:
         parser.error("--seeds must be >= 1")
@@ -175,14 +190,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     seeds = range(args.seed_start, args.seed_start + args.seeds)
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         futures = [pool.submit(run_seed, path, seed, args.overrides, args.threshold, args.stop_at_threshold,
-                               args.keep_rand_seed, has_mutation) for seed in seeds]
+                               args.keep_rand_seed, has_mutation, args.patches) for seed in seeds]
         results = []
         for future in futures:
             result = future.result()
             results.append(result)
-            print(json.dumps({"manifest": path, "overrides": args.overrides, **result}), flush=True)
+            print(json.dumps({"manifest": path, "overrides": args.overrides, "patches": args.patches, **result}),
+                  flush=True)
     threshold = next((r["threshold"] for r in results if "threshold" in r), args.threshold)
-    print(json.dumps({"manifest": path, "overrides": args.overrides, **summarize(results, threshold)}), flush=True)
+    print(json.dumps({"manifest": path, "overrides": args.overrides, "patches": args.patches,
+                      **summarize(results, threshold)}), flush=True)
     return 0
 
 

@@ -63,10 +63,13 @@ def test_stacked_forward_equals_each_member() -> None:
     assert torch.allclose(stacked(x), expected, atol=1e-6)
 
 
-@pytest.mark.parametrize(("fused", "double", "widths"),
-                         [(True, True, False), (True, False, False), (False, True, False), (True, True, True),
-                          (False, True, True)])
-def test_batched_learning_equals_one_by_one_learning(fused: bool, double: bool, widths: bool) -> None:
+@pytest.mark.parametrize(("fused", "double", "widths", "loss"),
+                         [(True, True, False, "huber"), (True, False, False, "huber"), (False, True, False, "huber"),
+                          (True, True, True, "huber"), (False, True, True, "huber"), (True, True, False, "mse"),
+                          (False, True, False, "mse")])
+def test_batched_learning_equals_one_by_one_learning(fused: bool, double: bool, widths: bool, loss: str,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(DQN, "loss", loss)
     memory = filled_memory()
     batched, reference = population(double, widths), population(double, widths)
     if widths:

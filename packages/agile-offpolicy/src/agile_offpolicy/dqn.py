@@ -44,6 +44,15 @@ def _check_hyperparameters(batch_size: int, lr: float, learn_step: int, gamma: f
         raise ValueError(f"tau must lie in (0, 1], got {tau}")
 
 
+def td_loss(q_taken: torch.Tensor, td_target: torch.Tensor, kind: str, reduction: str = "mean") -> torch.Tensor:
+    """The TD loss `kind` ("huber": smooth L1 with beta 1; "mse": squared error)."""
+    if kind == "huber":
+        return F.smooth_l1_loss(q_taken, td_target, reduction=reduction)
+    if kind == "mse":
+        return F.mse_loss(q_taken, td_target, reduction=reduction)
+    raise ValueError(f"unknown DQN loss {kind!r}; choose 'huber' or 'mse'")
+
+
 class DQN(SingleAgentAlgorithm):
     """DQN agent: an evolvable Q network, its target copy and an Adam optimizer.
 
@@ -71,6 +80,8 @@ class DQN(SingleAgentAlgorithm):
     hyperparameter_names: ClassVar[tuple[str, ...]] = ("lr", "batch_size", "learn_step", "gamma", "tau")
     supported_action_spaces: ClassVar[tuple[type[spaces.Space], ...]] = (spaces.Discrete,)
     max_grad_norm: ClassVar[float | None] = 10.0
+    loss: ClassVar[str] = "huber"
+    """TD loss: "huber" (smooth L1) or "mse" (squared error)."""
 
     actor: QNetwork
     actor_target: QNetwork
@@ -191,7 +202,7 @@ class DQN(SingleAgentAlgorithm):
 
         td_target = self.td_target(rewards, next_obs, terminated)
         q_taken = self._q_values(obs).gather(-1, actions).squeeze(-1)
-        loss = F.smooth_l1_loss(q_taken, td_target)
+        loss = td_loss(q_taken, td_target, self.loss)
 
         self.optimizer.zero_grad()
         loss.backward()

@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from gymnasium import spaces
 
 from agile_core.networks import preprocess_tensor_observation
@@ -30,7 +29,7 @@ from agile_core.networks.stacked import (
 )
 from agile_core.networks.stacked_adam import StackedAdam, clip_flat_grad_norm
 from agile_offpolicy.buffers import ReplayBuffer
-from agile_offpolicy.dqn import DQN
+from agile_offpolicy.dqn import DQN, td_loss
 from agile_offpolicy.stacked_group import finish_learning_step, sample_padded, soft_update_flat
 
 __all__ = ["DQNGroup"]
@@ -65,6 +64,7 @@ class DQNGroup:
         self.normalize_images = first.normalize_images
         self.double = first.double
         self.max_grad_norm = first.max_grad_norm
+        self.loss = first.loss
         self.gamma = torch.tensor([m.gamma for m in members], dtype=torch.float32, device=self.device).unsqueeze(1)
         self.tau = torch.tensor([m.tau for m in members], dtype=torch.float32, device=self.device).unsqueeze(1)
         self.chain = self.target_chain = None
@@ -160,9 +160,12 @@ class DQNGroup:
             chooser = next_q_target = target_chain.forward(next_inputs)
         td_target = self._td_target(next_q_target, chooser, rewards, done, gamma)
         q_taken = q.gather(-1, actions).squeeze(-1)
-        losses = (F.smooth_l1_loss(q_taken, td_target, reduction="none") * weights).sum(dim=1)
-        # d losses.sum() / d q_taken is the smooth L1 derivative times each row's weight
-        row_grads = torch.ops.aten.smooth_l1_loss_backward.default(weights, q_taken, td_target, 0, 1.0)
+        losses = (td_loss(q_taken, td_target, self.loss, reduction="none") * weights).sum(dim=1)
+        # d losses.sum() / d q_taken is the loss derivative times each row's weight
+        if self.loss == "mse":
+            row_grads = 2.0 * (q_taken - td_target) * weights
+        else:
+            row_grads = torch.ops.aten.smooth_l1_loss_backward.default(weights, q_taken, td_target, 0, 1.0)
         q_grads = torch.zeros_like(q).scatter_(-1, actions, row_grads.unsqueeze(-1))
         chain.backward(tape, q_grads, rows if self.double else None)
         if stop - start == len(self.members):
@@ -180,7 +183,7 @@ class DQNGroup:
             chooser = self.actor(next_inputs) if self.double else next_q_target
             td_target = self._td_target(next_q_target, chooser, rewards, done)
         q_taken = self.actor(self._inputs(obs)).gather(-1, actions).squeeze(-1)
-        losses = (F.smooth_l1_loss(q_taken, td_target, reduction="none") * weights).sum(dim=1)
+        losses = (td_loss(q_taken, td_target, self.loss, reduction="none") * weights).sum(dim=1)
         losses.sum().backward()
         return losses.detach()
 
