@@ -16,7 +16,9 @@ Per-seed fields: ``best_ever`` is the highest fitness any agent got at any evalu
 ``final_best`` the best fitness at the last evaluation; ``steps_per_agent_to_threshold`` the steps
 per agent (``max_steps`` units) at the first evaluation where some agent scored at least the
 threshold (null if never); ``curve`` is ``[steps per agent, best fitness of that generation]``
-per generation. The threshold is ``--threshold`` or else the manifest's ``training.target_score``.
+per generation; ``target_reached`` whether the run ended by the loop's own stop rule (every
+agent's last fitness at least ``target_score``; with ``--stop-at-threshold``, one agent at the
+threshold). The threshold is ``--threshold`` or else the manifest's ``training.target_score``.
 ``--stop-at-threshold`` ends a seed as soon as one agent reaches the threshold (the training loop
 otherwise stops only when *every* agent reaches ``target_score``), which saves time when the
 question is steps to threshold; ``final_best`` then means the best at that point. ``--patch``
@@ -74,7 +76,9 @@ wall = time.perf_counter() - started
 pop_size = manifest.training.pop_size
 curve = [[int(row["step"]) // pop_size, float(row["value"])]
          for row in csv.DictReader(open(metrics)) if row["name"] == "hpo/best_fitness"]
+target = manifest.training.target_score
 print(json.dumps({"curve": curve, "threshold": threshold, "wall_s": round(wall, 2),
+                  "target_reached": target is not None and min(fitnesses) >= target,
                   "steps_per_agent": max(agent.steps for agent in population),
                   "algorithm": manifest.algorithm.name, "env": manifest.environment.name,
                   "pop_size": pop_size}))
@@ -143,6 +147,7 @@ def run_seed(manifest: str, seed: int, overrides: list[str], threshold: float | 
     child = json.loads(proc.stdout.strip().splitlines()[-1])
     result = seed_result(seed, child["curve"], child["threshold"], child["wall_s"])
     result.update(threshold=child["threshold"], steps_per_agent=child["steps_per_agent"],
+                  target_reached=child["target_reached"],
                   curve=[[s, round(v, 1)] for s, v in child["curve"]])
     return result
 
