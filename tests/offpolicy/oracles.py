@@ -39,10 +39,12 @@ def dqn_learn(agent: DQN, experiences: Sequence[Any]) -> float:
         chooser = agent.actor(inputs(next_obs)) if agent.double else next_q_target
         next_q = next_q_target.gather(-1, chooser.argmax(-1, keepdim=True)).squeeze(-1)
         target = rewards + agent.gamma * (1 - terminated) * next_q
-    loss = F.smooth_l1_loss(agent.actor(inputs(obs)).gather(-1, actions).squeeze(-1), target)
+    q_taken = agent.actor(inputs(obs)).gather(-1, actions).squeeze(-1)
+    loss = F.smooth_l1_loss(q_taken, target) if agent.loss == "huber" else F.mse_loss(q_taken, target)
     agent.optimizer.zero_grad()
     loss.backward()
-    torch.nn.utils.clip_grad_norm_(agent.actor.parameters(), agent.max_grad_norm)
+    if agent.max_grad_norm is not None:
+        torch.nn.utils.clip_grad_norm_(agent.actor.parameters(), agent.max_grad_norm)
     agent.optimizer.step()
     _soft_update(agent.actor, agent.actor_target, agent.tau)
     agent.learn_counter += 1

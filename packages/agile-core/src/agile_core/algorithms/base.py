@@ -283,17 +283,10 @@ class EvolvableAlgorithm(ABC):
         done.append(network)
 
     def mutate_parameters(self, rng: np.random.Generator, sd: float) -> dict[str, Any] | None:
-        """Add Gaussian noise of scale `sd` x (each tensor's std) to the policy's weights."""
-        generator = torch.Generator().manual_seed(int(rng.integers(0, 2**62)))
+        """Perturb a few of the policy's weights: see :func:`perturb_weights`."""
         policy: nn.Module = getattr(self, self.policy_name)
-        with torch.no_grad():
-            for param in policy.parameters():
-                if not param.is_floating_point() or param.numel() < 2:
-                    continue
-                scale = float(param.detach().std()) or 1.0
-                noise = torch.randn(param.shape, generator=generator, dtype=param.dtype)
-                param.add_(noise.to(param.device) * sd * scale)
-        return {"mutation_sd": sd}
+        changed = perturb_weights(policy, rng, sd)
+        return {"mutation_sd": sd, "weights_changed": changed}
 
     def mutate_hyperparameter(self, rng: np.random.Generator) -> dict[str, Any] | None:
         """Grow or shrink one hyperparameter of `hp_config` within its range."""
@@ -466,6 +459,44 @@ def _unbound_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimize
 def _owner(cls: type, attribute: str) -> type:
     """The class in `cls`'s MRO that defines `attribute`."""
     return next(klass for klass in cls.__mro__ if attribute in vars(klass))
+
+
+NORM_LAYERS = (nn.LayerNorm, nn.modules.batchnorm._BatchNorm, nn.GroupNorm, nn.modules.instancenorm._InstanceNorm)
+
+MUTATED_FRACTION = 0.1
+"""At most this share of a chosen weight tensor's entries is perturbed by one parameter mutation."""
+
+
+def perturb_weights(network: nn.Module, rng: np.random.Generator, sd: float) -> int:
+    """The parameter-noise mutation (the established "classic" semantics): perturb a few weights
+    of `network` in place; return how many entries changed.
+
+    Only weight tensors (two or more dimensions) outside normalisation layers are candidates:
+    biases, norm gains and gates keep their values. A random non-empty subset of the candidates is
+    chosen; in each, a random number (1 to 10% of its entries) of randomly placed entries get
+    Gaussian noise with standard deviation `sd` times their own magnitude, so a weight moves by
+    about ``sd`` of itself and a zero weight stays zero. A trained network therefore keeps most of
+    its function (noise on every entry at the tensor's scale, as before, often destroyed it).
+    """
+    candidates = [param for module in network.modules() if not isinstance(module, NORM_LAYERS)
+                  for param in module.parameters(recurse=False)
+                  if param.is_floating_point() and param.dim() >= 2 and param.numel() > 0]
+    if not candidates or sd <= 0:
+        return 0
+    chosen = rng.choice(len(candidates), size=int(rng.integers(1, len(candidates) + 1)), replace=False)
+    generator = torch.Generator().manual_seed(int(rng.integers(0, 2**62)))
+    changed = 0
+    with torch.no_grad():
+        for position in sorted(int(p) for p in chosen):
+            param = candidates[position]
+            flat = param.detach().reshape(-1).clone()
+            count = int(rng.integers(1, max(1, int(np.ceil(MUTATED_FRACTION * flat.numel()))) + 1))
+            where = torch.as_tensor(rng.choice(flat.numel(), size=count, replace=False), device=param.device)
+            noise = torch.randn(count, generator=generator, dtype=param.dtype).to(param.device)
+            flat[where] += noise * sd * flat[where].abs()
+            param.copy_(flat.view_as(param))
+            changed += count
+    return changed
 
 
 def _unique_params(modules: Iterable[nn.Module]) -> list[nn.Parameter]:
