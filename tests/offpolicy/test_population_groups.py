@@ -63,8 +63,15 @@ def open_gates(networks: list[Any]) -> None:
                     block.gate.fill_(0.5)
 
 
-def dqns(double: bool = True, widths: bool = False) -> list[DQN]:
-    agents = [DQN(DQN_OBS, DQN_ACT, net_config=DQN_NET, seed=i, double=double, **hp) for i, hp in enumerate(DQN_SETTINGS)]
+class HuberDQN(DQN):
+    """DQN with the Huber loss and gradient clipping (the class attributes' other setting)."""
+
+    loss = "huber"
+    max_grad_norm = 10.0
+
+
+def dqns(double: bool = True, widths: bool = False, cls: type[DQN] = DQN) -> list[DQN]:
+    agents = [cls(DQN_OBS, DQN_ACT, net_config=DQN_NET, seed=i, double=double, **hp) for i, hp in enumerate(DQN_SETTINGS)]
     for agent in agents:  # an inserted residual layer in every member
         agent.apply_architecture_mutation("encoder.add_layer", np.random.default_rng(3), hidden_layer=0)
     if widths:  # padded widths and inserted residual layers (phantoms) in one group
@@ -123,10 +130,10 @@ def same_losses(loss: Any, expected: Any) -> None:
 
 
 # ---------------------------------------------------------------------------- P = 1 vs the oracles
-@pytest.mark.parametrize("case", ["dqn", "dqn_vanilla", "ddpg", "td3", "td3_shared"])
+@pytest.mark.parametrize("case", ["dqn", "dqn_vanilla", "dqn_huber", "ddpg", "td3", "td3_shared"])
 def test_single_agent_learning_equals_the_per_agent_oracle(case: str) -> None:
     if case.startswith("dqn"):
-        agent, oracle_step = dqns(double=case == "dqn")[1], dqn_learn
+        agent, oracle_step = dqns(double=case != "dqn_vanilla", cls=HuberDQN if case == "dqn_huber" else DQN)[1], dqn_learn
         memory = memory_for(DQN_OBS, DQN_ACT)
     else:
         cls = DDPG if case == "ddpg" else TD3
@@ -160,12 +167,13 @@ def test_unstackable_networks_learn_alone_through_the_same_step() -> None:
 # ---------------------------------------------------------------------------- P = 3 vs three P = 1
 @pytest.mark.parametrize(("case", "widths", "fused"),
                          [("dqn", False, True), ("dqn", True, True), ("dqn", True, False), ("dqn_vanilla", False, True),
+                          ("dqn_huber", True, True),
                           ("ddpg", False, True), ("ddpg", True, True), ("td3", False, True), ("td3", True, True),
                           ("td3", True, False), ("td3_shared", False, True)])
 def test_group_learning_equals_single_agents(case: str, widths: bool, fused: bool) -> None:
     if case.startswith("dqn"):
         def build() -> list[Any]:
-            return dqns(double=case == "dqn", widths=widths)
+            return dqns(double=case != "dqn_vanilla", widths=widths, cls=HuberDQN if case == "dqn_huber" else DQN)
         memory = memory_for(DQN_OBS, DQN_ACT)
     else:
         cls = DDPG if case == "ddpg" else TD3
