@@ -8,6 +8,8 @@ from typing import Any
 _FUNCTIONS = {
     "train_off_policy": "agile_offpolicy.training",
     "train_on_policy": "agile_onpolicy.training",
+    "train_multi_agent_off_policy": "agile_marl.training.off_policy",
+    "train_multi_agent_on_policy": "agile_marl.training.on_policy",
     "LocalTrainer": "agile_core.trainer",
     "Trainer": "agile_core.trainer",
 }

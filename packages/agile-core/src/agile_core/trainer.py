@@ -123,6 +123,10 @@ class LocalTrainer(Trainer):
         from agile_core.environments import make_vector_env
 
         env_spec = self.manifest.environment
+        paradigm = paradigm_of(self.manifest.algorithm.name)
+        if "make_env" in paradigm.hooks:  # paradigms with their own env kind (PettingZoo...)
+            return paradigm.load_attr("make_env")(env_spec, base_dir=self.manifest.base_dir,
+                                                  seed=self.manifest.training.seed, num_envs=num_envs)
         if not isinstance(env_spec, GymEnvSpec):
             raise TrainerConfigError(f"{type(env_spec).__name__} environments are built by their paradigm")
         return make_vector_env(env_spec, base_dir=self.manifest.base_dir, seed=self.manifest.training.seed,
@@ -156,14 +160,16 @@ class LocalTrainer(Trainer):
         if accepted("net_config") and self.manifest.network is not None:
             kwargs["net_config"] = self.manifest.network.model_dump(exclude_none=True)
         kwargs.update({k: v for k, v in self.networks.items() if v is not None and accepted(k)})
+        paradigm = paradigm_of(spec.name)
+        spaces = paradigm.load_attr("agent_spaces")(env) if "agent_spaces" in paradigm.hooks else \
+            (env.single_observation_space, env.single_action_space)
         population = []
         for index in range(self.manifest.training.pop_size):
             agent_kwargs = dict(kwargs)
             if accepted("seed"):
                 agent_kwargs["seed"] = None if seed is None else seed + index
-            population.append(algorithm_class(
-                env.single_observation_space, env.single_action_space, index=index, hp_config=hp_config,
-                device=self.device, **agent_kwargs))
+            population.append(algorithm_class(*spaces, index=index, hp_config=hp_config, device=self.device,
+                                              **agent_kwargs))
         return population
 
     def make_selection_and_mutation(self) -> tuple[Any, Any]:

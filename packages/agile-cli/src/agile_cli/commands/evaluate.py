@@ -16,19 +16,39 @@ def register(sub: Any) -> None:
         description="Run a saved agent (e.g. RUN_DIR/elite) greedily and print its mean and std return.",
     )
     parser.add_argument("checkpoint", metavar="CHECKPOINT", help="agent checkpoint directory")
-    parser.add_argument("--env", required=True, metavar="ID", help="Gymnasium environment id")
+    parser.add_argument("--env", required=True, metavar="ID",
+                        help="Gymnasium environment id, or a PettingZoo env module for multi-agent "
+                             "agents (e.g. mpe2.simple_spread_v3)")
+    parser.add_argument("--env-config", default=None, metavar="JSON",
+                        help="keyword arguments of the environment's constructor as a JSON object, "
+                             "e.g. '{\"continuous_actions\": true}'")
     parser.add_argument("--episodes", type=int, default=10, metavar="N", help="episodes (default 10)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the evaluation episodes")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.set_defaults(handler=run)
 
 
-def episode_returns(agent: Any, env_id: str, episodes: int, seed: int) -> list[float]:
-    """`episodes` greedy episodes, one at a time, through the agent's own `test` (so recurrent
-    and continuous agents evaluate exactly as in training)."""
+def make_env(agent: Any, env_id: str, config: dict[str, Any]) -> Any:
+    """One sub-env of `env_id` of the kind the agent's paradigm trains in (Gymnasium by default)."""
+    from agile_core.registry import UnknownAlgorithmError, paradigm_of
+
+    try:
+        paradigm = paradigm_of(type(agent).__name__)
+    except UnknownAlgorithmError:
+        paradigm = None
+    if paradigm is not None and "make_env" in paradigm.hooks:
+        spec = paradigm.env_spec.model_validate({"name": env_id, "num_envs": 1, "config": config})
+        return paradigm.load_attr("make_env")(spec)
     import gymnasium as gym
 
-    env = gym.make_vec(env_id, num_envs=1, vectorization_mode="sync")
+    return gym.make_vec(env_id, num_envs=1, vectorization_mode="sync", **config)
+
+
+def episode_returns(agent: Any, env_id: str, episodes: int, seed: int,
+                    config: dict[str, Any] | None = None) -> list[float]:
+    """`episodes` greedy episodes, one at a time, through the agent's own `test` (so recurrent
+    and continuous agents evaluate exactly as in training)."""
+    env = make_env(agent, env_id, config or {})
     env.reset(seed=seed)  # later resets continue this seeded stream: distinct, repeatable episodes
     try:
         return [float(agent.test(env, loop=1)) for _ in range(episodes)]
@@ -47,12 +67,20 @@ def run(args: argparse.Namespace) -> int:
         print("agile evaluate: --episodes must be >= 1", file=sys.stderr)
         return 2
     try:
+        config = json.loads(args.env_config) if args.env_config else {}
+    except json.JSONDecodeError as exc:
+        print(f"agile evaluate: --env-config is not valid JSON: {exc}", file=sys.stderr)
+        return 2
+    if not isinstance(config, dict):
+        print("agile evaluate: --env-config must be a JSON object", file=sys.stderr)
+        return 2
+    try:
         agent = EvolvableAlgorithm.load(args.checkpoint)
     except CheckpointError as exc:
         print(f"agile evaluate: {exc}", file=sys.stderr)
         return 2
     try:
-        returns = episode_returns(agent, args.env, args.episodes, args.seed)
+        returns = episode_returns(agent, args.env, args.episodes, args.seed, config)
     except Exception as exc:
         print(f"agile evaluate: cannot run {args.env}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2

@@ -1,0 +1,166 @@
+"""Parallel environments and vector envs from a `MultiAgentEnvSpec`.
+
+The factory is a ``functools.partial`` of :func:`build_parallel_env` with plain arguments, so a
+``spawn`` subprocess rebuilds the environment from it alone (no lambdas, no closures).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import inspect
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pettingzoo import ParallelEnv
+
+if TYPE_CHECKING:
+    from agile_marl.envs.vector import MultiAgentVecEnv
+    from agile_marl.specs.env import MultiAgentEnvSpec
+
+
+class MultiAgentEnvBuildError(ValueError):
+    """An environment section that names something that cannot be built."""
+
+
+def _import_module(module_name: str, field: str) -> Any:
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as exc:
+        raise MultiAgentEnvBuildError(f"environment.{field}: cannot import module '{module_name}' ({exc})") from None
+
+
+def _attribute(target: Any, dotted: str, field: str, where: str) -> Any:
+    for part in dotted.split("."):
+        if not hasattr(target, part):
+            raise MultiAgentEnvBuildError(f"environment.{field}: {where} has no attribute '{dotted}'")
+        target = getattr(target, part)
+    return target
+
+
+def _import_target(target: str, field: str) -> Any:
+    """`package.module:attr` or `package.module.attr`."""
+    if ":" in target:
+        module_name, _, attr = target.partition(":")
+    else:
+        module_name, _, attr = target.rpartition(".")
+    return _attribute(_import_module(module_name, field), attr, field, f"module '{module_name}'")
+
+
+def _load_file(path: Path) -> Any:
+    """Import a Python file as a module, once per process, under a stable name."""
+    name = f"agile_user_marl_env_{abs(hash(str(path.resolve())))}"
+    if name in sys.modules:
+        return sys.modules[name]
+    if not path.is_file():
+        raise MultiAgentEnvBuildError(f"environment.path: no such file '{path}'")
+    file_spec = importlib.util.spec_from_file_location(name, path)
+    if file_spec is None or file_spec.loader is None:
+        raise MultiAgentEnvBuildError(f"environment.path: cannot import '{path}'")
+    module = importlib.util.module_from_spec(file_spec)
+    sys.modules[name] = module
+    try:
+        file_spec.loader.exec_module(module)
+    except Exception as exc:
+        del sys.modules[name]
+        raise MultiAgentEnvBuildError(f"environment.path: importing '{path}' failed: {type(exc).__name__}: {exc}") from exc
+    return module
+
+
+def _creator_in_file(path: Path, attribute: str | None) -> Any:
+    module = _load_file(path)
+    if attribute is not None:
+        return _attribute(module, attribute, "entrypoint", f"'{path}'")
+    if callable(getattr(module, "parallel_env", None)):
+        return module.parallel_env
+    found = [obj for obj in vars(module).values()
+             if inspect.isclass(obj) and issubclass(obj, ParallelEnv) and obj.__module__ == module.__name__]
+    if len(found) != 1:
+        names = ", ".join(cls.__name__ for cls in found) or "none"
+        raise MultiAgentEnvBuildError(
+            f"environment.path: '{path}' must define parallel_env() or exactly one pettingzoo.ParallelEnv "
+            f"subclass (found {names}); name the one to use with `entrypoint`"
+        )
+    return found[0]
+
+
+def resolve_creator(name: str, entrypoint: str | None = None, path: str | None = None,
+                    base_dir: str | None = None) -> Callable[..., Any]:
+    """The class or function the environment section names (raises MultiAgentEnvBuildError)."""
+    if path is not None:
+        return _creator_in_file(Path(base_dir or ".") / path, entrypoint)
+    if entrypoint is not None:
+        creator = _import_target(entrypoint, "entrypoint")
+    else:
+        module = _import_module(name, "name")
+        creator = getattr(module, "parallel_env", None)
+        if creator is None:
+            raise MultiAgentEnvBuildError(
+                f"environment.name: module '{name}' has no parallel_env(); name a PettingZoo environment "
+                "module such as 'mpe2.simple_spread_v3', or give `entrypoint`"
+            )
+    if not callable(creator):
+        field = "entrypoint" if entrypoint is not None else "name"
+        raise MultiAgentEnvBuildError(f"environment.{field}: '{entrypoint or name}' is not callable")
+    return creator
+
+
+def _looks_parallel(env: Any) -> bool:
+    return all(hasattr(env, attr) for attr in ("possible_agents", "reset", "step", "observation_space", "action_space"))
+
+
+def build_parallel_env(name: str, entrypoint: str | None = None, path: str | None = None,
+                       config: Mapping[str, Any] | None = None,
+                       wrappers: Sequence[tuple[str, Mapping[str, Any]]] = (),
+                       base_dir: str | None = None) -> ParallelEnv:
+    """Build one parallel env: the creator called with `config`, then each wrapper, innermost first."""
+    creator = resolve_creator(name, entrypoint, path, base_dir)
+    env = creator(**dict(config or {}))
+    if not _looks_parallel(env):
+        field = "name" if entrypoint is None and path is None else "entrypoint"
+        raise MultiAgentEnvBuildError(
+            f"environment.{field}: '{name}' built a {type(env).__name__}, not a PettingZoo ParallelEnv "
+            "(possible_agents, reset, step, observation_space, action_space)"
+        )
+    for index, (wrapper, kwargs) in enumerate(wrappers):
+        env = _import_target(wrapper, f"wrappers[{index}].name")(env, **dict(kwargs))
+    return env
+
+
+def make_env_factory(spec: MultiAgentEnvSpec, base_dir: str | Path | None = None) -> Callable[[], ParallelEnv]:
+    """A picklable zero-argument factory of the spec's parallel env.
+
+    The creator and the wrappers are imported here, so a missing module, attribute or file
+    raises MultiAgentEnvBuildError now, naming the spec field.
+    """
+    base = None if base_dir is None else str(base_dir)
+    resolve_creator(spec.name, spec.entrypoint, spec.path, base)
+    wrappers = tuple((w.name, dict(w.kwargs)) for w in spec.wrappers)
+    for index, (wrapper, _) in enumerate(wrappers):
+        _import_target(wrapper, f"wrappers[{index}].name")
+    return functools.partial(build_parallel_env, spec.name, spec.entrypoint, spec.path, dict(spec.config),
+                             wrappers, base)
+
+
+def make_vec_env(spec: MultiAgentEnvSpec, num_envs: int | None = None, seed: int | None = None,
+                 base_dir: str | Path | None = None, check: bool = True) -> MultiAgentVecEnv:
+    """The vector env a manifest describes: `num_envs` (default `spec.num_envs`) sub-envs, in
+    this process (`spec.sync`) or in spawn subprocesses.
+
+    With `check`, a fresh env from the factory is checked first (then closed). A `seed` seeds the
+    vector env's action spaces and is the seed of its first ``reset()`` called without one.
+    """
+    from agile_marl.envs.async_vector import AsyncPettingZooVecEnv
+    from agile_marl.envs.checks import check_parallel_env
+    from agile_marl.envs.vector import PettingZooVecEnv
+
+    factory = make_env_factory(spec, base_dir)
+    if check:
+        check_parallel_env(factory, spec.name)
+    factories = [factory] * (num_envs or spec.num_envs)
+    if spec.sync:
+        return PettingZooVecEnv(factories, seed=seed)
+    return AsyncPettingZooVecEnv(factories, seed=seed)

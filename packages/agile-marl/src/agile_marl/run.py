@@ -1,0 +1,49 @@
+"""What the trainer needs from the multi-agent paradigms beyond the specs: the vector env, the
+agents' spaces, the replay memory, and the loops' manifest arguments."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from agile_core.specs.manifest import TrainingManifest
+from agile_core.specs.training import ReplayBufferSpec
+
+
+def make_env(spec: Any, *, base_dir: str | Path | None = None, seed: int | None = None,
+             num_envs: int | None = None) -> Any:
+    """The manifest's PettingZoo env as a vector env (checked against the Parallel API first)."""
+    from agile_marl.envs import make_vec_env
+
+    return make_vec_env(spec, num_envs=num_envs, seed=seed, base_dir=base_dir)
+
+
+def agent_spaces(env: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The constructor's leading arguments: every agent's observation and action space."""
+    return dict(env.observation_spaces), dict(env.action_spaces)
+
+
+def build_buffer(spec: ReplayBufferSpec, algo_spec: Any, device: Any, *, observation_spaces: Any = None,
+                 action_spaces: Any = None, n_step: bool = False, **_: Any) -> Any:
+    """The shared multi-agent replay memory of the manifest's `replay_buffer` section (uniform only)."""
+    from agile_marl.buffers import MultiAgentReplayBuffer
+
+    if n_step or spec.per_buffer or spec.n_step_buffer:
+        raise ValueError(f"{algo_spec.name} learns from a uniform replay buffer: prioritized and n-step "
+                         "replay_buffer settings are not supported for multi-agent algorithms")
+    if observation_spaces is None or action_spaces is None:
+        raise ValueError("a multi-agent replay buffer needs every agent's observation and action spaces")
+    return MultiAgentReplayBuffer(spec.max_size, observation_spaces, action_spaces, device=device)
+
+
+def off_policy_loop_kwargs(manifest: TrainingManifest, env: Any, device: str) -> dict[str, Any]:
+    """The replay memory, warm-up and score summing of `train_multi_agent_off_policy`."""
+    spaces = {"observation_spaces": dict(env.observation_spaces), "action_spaces": dict(env.action_spaces)}
+    memory = manifest.resolved_replay_buffer().init_buffer(manifest.algorithm, device, **spaces)
+    return {"memory": memory, "learning_delay": manifest.training.learning_delay,
+            "sum_scores": manifest.training.sum_scores}
+
+
+def on_policy_loop_kwargs(manifest: TrainingManifest, env: Any, device: str) -> dict[str, Any]:
+    """Score summing of `train_multi_agent_on_policy`."""
+    return {"sum_scores": manifest.training.sum_scores}

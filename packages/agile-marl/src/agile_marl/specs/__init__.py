@@ -1,0 +1,1 @@
+"""Specs of the multi-agent paradigm: its environment, network and algorithm sections."""

@@ -1,0 +1,140 @@
+"""What both multi-agent loops share: argument checks, the population env and its groups, episode
+accounting, the generation loop, and the seeds' return value (per-agent fitness dicts when
+`sum_scores` is false)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from agile_core.algorithms.group import MemberGroup
+from agile_core.training.episodes import EpisodeTracker
+from agile_core.training.generations import GenerationLoop, PhaseResult
+from agile_marl.evaluation import evaluate_population
+from agile_marl.population import Groups, current_groups
+
+__all__ = ["PopulationRun", "check_arguments", "fitness_result", "no_agent_phase", "population_env", "record_losses",
+           "run_generations", "summed_rewards"]
+
+
+def check_arguments(pop: Sequence[Any], *, max_steps: Any, evo_steps: Any, eval_loop: Any, eval_steps: Any,
+                    accelerator: Any, loop_name: str) -> tuple[int, int, int, int | None]:
+    """Positive integers for the schedule, or a ValueError naming the argument."""
+    if not pop:
+        raise ValueError("pop must contain at least one agent")
+    if accelerator is not None:
+        raise ValueError(f"accelerator (distributed training) is not supported by {loop_name}")
+    checked = [_positive_int(name, value) for name, value in
+               (("max_steps", max_steps), ("evo_steps", evo_steps), ("eval_loop", eval_loop))]
+    steps = None if eval_steps is None else _positive_int("eval_steps", eval_steps)
+    return checked[0], checked[1], checked[2], steps
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
+def summed_rewards(rewards: Mapping[str, Any], info: Mapping[str, Any]) -> np.ndarray:
+    """Each sub-env's reward of this step summed over the agents that had a transition in it."""
+    total = None
+    for agent, reward in rewards.items():
+        part = np.where(np.asarray(info["valid"][agent], dtype=bool), np.asarray(reward, dtype=np.float64), 0.0)
+        total = part if total is None else total + part
+    assert total is not None
+    return total
+
+
+def record_losses(losses: dict[str, list[float]], value: Mapping[str, Any] | None) -> None:
+    """Append a learning step's named losses."""
+    for name, loss in (value or {}).items():
+        losses.setdefault(str(name), []).append(float(loss))
+
+
+@dataclass
+class PopulationRun:
+    """The population env (member ``p`` owns sub-envs ``[p * n, (p + 1) * n)``), the groups that
+    act and learn together, and episode accounting for one phase."""
+
+    env: Any
+    num_envs: int
+    batched: bool
+    groups: Groups | None = None
+    tracker: EpisodeTracker | None = field(default=None, repr=False)
+
+    def groups_for(self, population: Sequence[Any]) -> Groups:
+        """Stacked groups (or one group per member when not batching), rebuilt after evolution."""
+        if self.batched:
+            self.groups = current_groups(population, self.groups)
+        elif self.groups is None or [g.members[0] for _, g in self.groups] != list(population) or \
+                not all(g.is_current() for _, g in self.groups):
+            self.groups = [([slot], MemberGroup([agent])) for slot, agent in enumerate(population)]
+        return self.groups
+
+    def start(self) -> tuple[Any, dict[str, Any]]:
+        """Reset the env for a phase; episode accounting starts afresh."""
+        self.tracker = EpisodeTracker(self.env.num_envs)
+        obs, info = self.env.reset()
+        return obs, info
+
+    def account(self, rewards: Mapping[str, Any], info: Mapping[str, Any]) -> None:
+        """Episode returns (summed over agents) and lengths of this step."""
+        assert self.tracker is not None
+        over = np.asarray(info["episode_over"], dtype=bool)
+        self.tracker.step(summed_rewards(rewards, info), over, np.zeros_like(over))
+
+    def finish(self, population: Sequence[Any], results: list[PhaseResult], steps: int) -> list[PhaseResult]:
+        """Each member's finished training episodes into its result (and ``scores``)."""
+        assert self.tracker is not None
+        for agent, result, (returns, lengths) in zip(population, results,
+                                                     self.tracker.pop_finished_by_agent(len(population)),
+                                                     strict=True):
+            result.vector_steps = steps
+            result.episodic_returns, result.episode_lengths = returns, lengths
+            if returns:
+                agent.scores.append(float(np.mean(returns)))
+        return results
+
+    def evaluator(self, *, loop: int, max_steps: int | None, sum_scores: bool) -> Callable[[list[Any]], list[float]]:
+        """The population's evaluation in the population env (fitness = summed returns)."""
+        def evaluate(population: list[Any]) -> list[float]:
+            return evaluate_population(population, self.env, loop=loop, max_steps=max_steps,
+                                       sum_scores=sum_scores, groups=self.groups_for(population))
+        return evaluate
+
+
+def population_env(env: Any, members: int) -> Any:
+    """The env widened to one slice of sub-envs per member."""
+    from agile_marl.envs import as_vec_env
+
+    vec = as_vec_env(env)
+    return vec if members == 1 else vec.widened(members)
+
+
+def fitness_result(population: Sequence[Any], fitnesses: list[float], sum_scores: bool) -> list[Any]:
+    """The seeds' return value: fitnesses, or per-agent fitness dicts when `sum_scores` is false."""
+    if sum_scores:
+        return fitnesses
+    return [dict(agent.agent_fitness[-1]) if getattr(agent, "agent_fitness", None) else {}
+            for agent in population]
+
+
+def no_agent_phase(slot: int, agent: Any, vector_steps: int, should_stop: Callable[[], bool]) -> PhaseResult:
+    """The agent-by-agent phase the generation loop asks for: never used (the population trains at once)."""
+    raise AssertionError("the multi-agent loops train the population at once")
+
+
+def run_generations(loop: GenerationLoop, run: PopulationRun,
+                    phase: Callable[[list[Any], int, Callable[[], bool]], list[PhaseResult]], *,
+                    eval_loop: int, eval_steps: int | None, sum_scores: bool,
+                    resume_from_checkpoint: str | None,
+                    load_buffers: Callable[[Mapping[str, Any]], None] | None = None) -> tuple[list[Any], list[Any]]:
+    """Run `loop` with the population phase and evaluation in `run`'s env; the seeds' return value."""
+    loop.batch_population(phase, run.evaluator(loop=eval_loop, max_steps=eval_steps, sum_scores=sum_scores),
+                          run.env, run.num_envs)
+    population, fitnesses = loop.train(resume_from_checkpoint, load_buffers=load_buffers)
+    return population, fitness_result(population, fitnesses, sum_scores)

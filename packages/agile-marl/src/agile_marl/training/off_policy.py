@@ -1,0 +1,206 @@
+"""The multi-agent off-policy loop with evolutionary HPO (``train_multi_agent_off_policy``).
+
+One generation: the whole population steps one widened vector env (member ``p`` owns its own
+``num_envs`` sub-envs), acting with exploration through each algorithm's population-shaped rule;
+every joint transition goes into the shared replay memory (a dead agent's entries masked), and
+each member learns from it every ``learn_step`` of its own environment steps, members whose
+networks stack as one computation. Then every member is evaluated greedily, and the shared
+:class:`~agile_core.training.generations.GenerationLoop` selects, mutates, checkpoints and logs.
+
+Step units as in the single-agent loops: ``max_steps``, ``evo_steps``, ``learning_delay`` and
+``learn_step`` count one member's environment steps summed over its sub-envs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from agile_core.hpo.mutation import Mutations
+from agile_core.hpo.protocols import SelectionStrategy
+from agile_core.training import resolve_selection_strategy
+from agile_core.training.generations import GenerationLoop, PhaseResult
+from agile_core.training.profiling import PROFILER
+from agile_marl.population import act_groups
+from agile_marl.training.common import (
+    PopulationRun,
+    check_arguments,
+    no_agent_phase,
+    population_env,
+    record_losses,
+    run_generations,
+)
+
+__all__ = ["train_multi_agent_off_policy"]
+
+
+def _reset_noise(population: list[Any], num_envs: int, ended: np.ndarray | None = None) -> None:
+    """Restart the exploration noise of every member's sub-envs whose episode ended (all when None)."""
+    for slot, agent in enumerate(population):
+        reset = getattr(agent, "reset_action_noise", None)
+        if reset is not None:
+            reset(None if ended is None else ended[slot * num_envs:(slot + 1) * num_envs])
+
+
+def _learn(population: list[Any], run: PopulationRun, memory: Any, learning_delay: int, learn_credit: list[int],
+           results: list[PhaseResult]) -> None:
+    """Account one vector step per member and run the learning steps it pays for, group by group."""
+    updates = []
+    for slot, agent in enumerate(population):
+        agent.steps += run.num_envs
+        count, learn_credit[slot] = divmod(learn_credit[slot] + run.num_envs, agent.learn_step)
+        updates.append(count if len(memory) >= max(agent.batch_size, learning_delay) else 0)
+    assert run.groups is not None
+    for round_index in range(max(updates)):
+        for slots, group in run.groups:
+            active = [updates[slot] > round_index for slot in slots]
+            if not any(active):
+                continue
+            with PROFILER.sample:
+                batch = memory.sample_population(group.members, active)
+            with PROFILER.learn:
+                losses = group.algorithm.learn_population(group, batch, active)
+            for slot, loss in zip(slots, losses, strict=True):
+                record_losses(results[slot].losses, loss)
+
+
+def _phase(population: list[Any], run: PopulationRun, memory: Any, vector_steps: int, learning_delay: int,
+           learn_credit: list[int], should_stop: Callable[[], bool]) -> list[PhaseResult]:
+    members = len(population)
+    run.groups_for(population)
+    assert run.groups is not None
+    results = [PhaseResult(vector_steps=0) for _ in population]
+    with PROFILER.env:
+        obs, info = run.start()
+    _reset_noise(population, run.num_envs)
+    steps = 0
+    while steps < vector_steps and not should_stop():
+        with PROFILER.act:
+            actions, _ = act_groups(run.groups, obs, members, training=True, action_masks=info.get("action_mask"))
+        with PROFILER.env:
+            next_obs, rewards, terminations, _, info = run.env.step(actions)
+        run.account(rewards, info)
+        memory.add(obs, actions, rewards, next_obs, terminations, info["valid"])
+        _reset_noise(population, run.num_envs, np.asarray(info["episode_over"], dtype=bool))
+        obs = next_obs
+        steps += 1
+        _learn(population, run, memory, learning_delay, learn_credit, results)
+    return run.finish(population, results, steps)
+
+
+def train_multi_agent_off_policy(
+    env: Any,
+    env_name: str,
+    algo: str,
+    pop: list[Any],
+    memory: Any,
+    sum_scores: bool = True,
+    init_hp: dict[str, Any] | None = None,
+    mut_p: dict[str, Any] | None = None,
+    max_steps: int = 50000,
+    evo_steps: int = 25,
+    eval_steps: int | None = None,
+    eval_loop: int = 1,
+    learning_delay: int = 0,
+    target: float | None = None,
+    selection_strategy: SelectionStrategy | None = None,
+    tournament: SelectionStrategy | None = None,
+    mutation: Mutations | None = None,
+    checkpoint: int | None = None,
+    checkpoint_path: str | None = None,
+    overwrite_checkpoints: bool = False,
+    save_elite: bool = False,
+    elite_path: str | None = None,
+    wb: bool = False,
+    tensorboard: bool = False,
+    tensorboard_log_dir: str | None = None,
+    verbose: bool = True,
+    accelerator: Any = None,
+    wandb_api_key: str | None = None,
+    wandb_kwargs: dict[str, Any] | None = None,
+    *,
+    resume_from_checkpoint: str | None = None,
+    seed: int | None = None,
+    csv_path: str | None = None,
+    batch_population: bool = True,
+) -> tuple[list[Any], list[float] | list[dict[str, float]]]:
+    """Train a population of multi-agent off-policy agents (MADDPG, MATD3) with evolutionary HPO.
+
+    Args:
+        env: A PettingZoo ``ParallelEnv`` (one sub-env) or an ``agile_marl.envs`` vector env
+            (``PettingZooVecEnv``/``AsyncPettingZooVecEnv``); widened to one slice of sub-envs per member.
+        env_name: Environment name (logged).
+        algo: Algorithm name (logged).
+        pop: The agents (``MADDPG``/``MATD3``, or any algorithm with the multi-agent
+            population-shaped ``act_population``/``learn_population``).
+        memory: ``MultiAgentReplayBuffer`` shared by the population (used in place): every member
+            adds its joint transitions and samples batches from everyone's with its own ``rng``.
+        sum_scores: Fitness is the sum of the agents' returns (True, cooperative tasks); when
+            False each member's per-agent mean returns are kept too, and returned as dicts.
+            Selection always ranks by the sum.
+        init_hp: Initial hyperparameters (logged).
+        mut_p: Mutation parameters (logged).
+        max_steps: Environment steps per member for the whole run.
+        evo_steps: Environment steps per member between evolutions (whole vector steps).
+        eval_steps: Cap on the vector steps of an evaluation episode (None: until it ends).
+        eval_loop: Evaluation rounds; each gives one episode per sub-env.
+        learning_delay: A member learns only once the memory holds this many transitions.
+        target: Stop once every member's latest fitness is at least this.
+        selection_strategy: Selection after each evaluation (None: none).
+        tournament: Deprecated alias of `selection_strategy`.
+        mutation: Mutations applied after selection (None: none).
+        checkpoint: Save a run checkpoint (members, evolution state, counters, the memory) every
+            this many steps per member, at generation ends.
+        checkpoint_path: Folder for checkpoints (default ``checkpoints``); Ctrl-C also saves here.
+        overwrite_checkpoints: Keep only the latest checkpoint.
+        save_elite: Save the best member after every evaluation to `elite_path`.
+        elite_path: Where the elite is saved (default ``elite``).
+        wb: Log to Weights & Biases.
+        tensorboard: Log to TensorBoard.
+        tensorboard_log_dir: TensorBoard directory.
+        verbose: Progress bar and per-generation table.
+        accelerator: Distributed training is not supported: a non-None value raises ValueError.
+        wandb_api_key: W&B API key (else ``WANDB_API_KEY``).
+        wandb_kwargs: Extra ``wandb.init`` arguments.
+        resume_from_checkpoint: Continue the run saved in this checkpoint (`pop` is replaced).
+        seed: Reseed the env at fixed points, so seeded runs repeat and resumed runs match.
+        csv_path: Also write every metric to this CSV file.
+        batch_population: Members whose networks stack act and learn as one computation (True);
+            False runs each member's steps on its own (same results, slower).
+
+    Returns:
+        The population after its last evaluation and each member's fitness from it (dicts of
+        per-agent fitness when `sum_scores` is false).
+    """
+    selection = resolve_selection_strategy(selection_strategy, tournament)
+    max_steps, evo_steps, eval_loop, eval_steps = check_arguments(
+        pop, max_steps=max_steps, evo_steps=evo_steps, eval_loop=eval_loop, eval_steps=eval_steps,
+        accelerator=accelerator, loop_name="train_multi_agent_off_policy")
+    if isinstance(learning_delay, bool) or not isinstance(learning_delay, int) or learning_delay < 0:
+        raise ValueError(f"learning_delay must be an integer >= 0, got {learning_delay!r}")
+    widened = population_env(env, len(pop))
+    run = PopulationRun(widened, widened.num_envs // len(pop), batched=batch_population)
+    learn_credit = [0] * len(pop)
+
+    def phase(population: list[Any], vector_steps: int, should_stop: Callable[[], bool]) -> list[PhaseResult]:
+        return _phase(population, run, memory, vector_steps, learning_delay, learn_credit, should_stop)
+
+    config = {"env_name": env_name, "algo": algo, "population_size": len(pop), "num_envs": run.num_envs,
+              "max_steps": max_steps, "evo_steps": evo_steps, "eval_steps": eval_steps, "eval_loop": eval_loop,
+              "learning_delay": learning_delay, "sum_scores": sum_scores, "target": target, "init_hp": init_hp,
+              "mut_p": mut_p}
+    loop = GenerationLoop.create(
+        population=pop, env=widened, phase=no_agent_phase, algo=algo, env_name=env_name, config=config,
+        max_steps=max_steps, evo_steps=evo_steps, eval_steps=eval_steps, eval_loop=eval_loop, target=target,
+        selection=selection, mutation=mutation, checkpoint=checkpoint, checkpoint_path=checkpoint_path,
+        overwrite_checkpoints=overwrite_checkpoints, save_elite=save_elite, elite_path=elite_path, wb=wb,
+        tensorboard=tensorboard, tensorboard_log_dir=tensorboard_log_dir, verbose=verbose,
+        wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs, csv_path=csv_path, seed=seed,
+        buffers=lambda: {"replay": memory.state_dict()},
+    )
+    return run_generations(loop, run, phase, eval_loop=eval_loop, eval_steps=eval_steps, sum_scores=sum_scores,
+                           resume_from_checkpoint=resume_from_checkpoint,
+                           load_buffers=lambda saved: memory.load_state_dict(saved["replay"]) if "replay" in saved
+                           else None)
