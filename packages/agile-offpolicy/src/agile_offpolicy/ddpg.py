@@ -38,6 +38,12 @@ from gymnasium import spaces
 from gymnasium.vector import VectorEnv
 
 from agile_core.algorithms.base import SingleAgentAlgorithm
+from agile_core.algorithms.exploration import (
+    ActionNoise,
+    GaussianNoise,
+    OrnsteinUhlenbeckNoise,
+    make_action_noise,
+)
 from agile_core.algorithms.group import MemberGroup, PopulationBatch, with_member_axis
 from agile_core.algorithms.spaces import UnsupportedSpaceError
 from agile_core.hpo.hyperparameters import HyperparameterConfig
@@ -49,12 +55,6 @@ from agile_core.networks import (
 )
 from agile_core.specs.network import NetworkSpec
 from agile_core.training.evaluation import evaluate_policy
-from agile_offpolicy.exploration import (
-    ActionNoise,
-    GaussianNoise,
-    OrnsteinUhlenbeckNoise,
-    make_action_noise,
-)
 from agile_offpolicy.specs import DDPGSpec
 
 __all__ = ["DDPG", "soft_update"]

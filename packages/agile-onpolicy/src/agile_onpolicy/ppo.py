@@ -73,6 +73,12 @@ from gymnasium.vector import VectorEnv
 
 from agile_core.algorithms.base import SingleAgentAlgorithm
 from agile_core.algorithms.group import MemberGroup, with_member_axis
+from agile_core.algorithms.ppo_losses import (
+    LOSS_NAMES,
+    ppo_minibatch_losses,
+    prepare_action_mask,
+    to_env_action,
+)
 from agile_core.hpo.hyperparameters import HyperparameterConfig
 from agile_core.networks import (
     EvolvableLSTM,
@@ -99,10 +105,6 @@ HiddenStates = dict[str, tuple[torch.Tensor, torch.Tensor]]
 
 Batch = RolloutBatch | RecurrentBatch
 
-LOSS_NAMES: tuple[str, ...] = (
-    "loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction",
-)
-"""Per-minibatch statistics averaged by :meth:`PPO.learn`."""
 
 
 _DEFAULTS = PPOSpec.defaults()
@@ -617,18 +619,7 @@ class PPO(SingleAgentAlgorithm):
         stores this same tensor in the rollout buffer, so learning re-scores every action under
         the distribution it was sampled from.
         """
-        if action_mask is None or not isinstance(self.action_space, spaces.Discrete | spaces.MultiDiscrete):
-            return None
-        if isinstance(action_mask, torch.Tensor):
-            mask = action_mask.to(device=self.device, dtype=torch.bool)
-        else:
-            mask = torch.as_tensor(np.asarray(action_mask), device=self.device).bool()
-        sizes = [int(self.action_space.n)] if isinstance(self.action_space, spaces.Discrete) \
-            else [int(n) for n in self.action_space.nvec]
-        if mask.shape[-1] != sum(sizes):
-            raise ValueError(f"action_mask has {mask.shape[-1]} entries per row, the action space needs {sum(sizes)}")
-        parts = [part | ~part.any(dim=-1, keepdim=True) for part in torch.split(mask, sizes, dim=-1)]
-        return torch.cat(parts, dim=-1)
+        return prepare_action_mask(self.action_space, action_mask, self.device)
 
     def get_value(self, obs: Any, hidden_state: HiddenStates | None = None) -> np.ndarray:
         """``V(obs)`` float32 ``[N]`` (recurrent: given the state fed at that step)."""
@@ -638,16 +629,7 @@ class PPO(SingleAgentAlgorithm):
     def to_env_action(self, action: Any) -> np.ndarray:
         """What the environment receives for raw policy actions: ``start`` added for Discrete and
         MultiDiscrete, Box samples clipped to the bounds (in the space's dtype), MultiBinary as int8."""
-        array = np.asarray(action)
-        space = self.action_space
-        if isinstance(space, spaces.Discrete):
-            return array.astype(np.int64) + int(space.start)
-        if isinstance(space, spaces.MultiDiscrete):
-            return array.astype(np.int64) + np.asarray(space.start, dtype=np.int64)
-        if isinstance(space, spaces.MultiBinary):
-            return array.astype(np.int8)
-        assert isinstance(space, spaces.Box)
-        return np.clip(array, space.low, space.high).astype(space.dtype)
+        return to_env_action(self.action_space, action)
 
     # ------------------------------------------------------------------ buffers
     def rollout_steps(self, num_envs: int) -> int:
@@ -832,39 +814,7 @@ class PPO(SingleAgentAlgorithm):
         Means over a member's rows are sums over ``minibatch.mask`` divided by ``minibatch.counts``,
         so padding and idle members weigh nothing."""
         dist, value = cls._evaluate(group, minibatch)
-        mask, counts = minibatch.mask, minibatch.counts
-        advantages = minibatch.advantages
-        normalize = group.column("normalize_advantages", torch.bool)
-        if any(member.normalize_advantages for member in group.members):
-            # standardised over each member's own minibatch (population std), when it has 2+ rows
-            mean = (advantages * mask).sum(dim=1, keepdim=True) / counts
-            centered = advantages - mean
-            std = ((centered.square() * mask).sum(dim=1, keepdim=True) / counts).sqrt()
-            normalize = normalize & (counts > 1)
-            advantages = torch.where(normalize, centered / (std + 1e-8), advantages)
-
-        log_ratio = dist.log_prob(minibatch.actions) - minibatch.old_log_probs
-        ratio = log_ratio.exp()
-        clip_coef = group.column("clip_coef")
-        # Clipped surrogate: the pessimistic (smaller) of the unclipped and clipped objectives.
-        surrogate = torch.min(ratio * advantages, ratio.clamp(1.0 - clip_coef, 1.0 + clip_coef) * advantages)
-        # Value regression towards the returns, optionally clipped around the old values.
-        value_error = (value - minibatch.returns).square()
-        if any(member.clip_vloss for member in group.members):
-            old = minibatch.old_values
-            clipped = old + (value - old).clamp(-clip_coef, clip_coef)
-            value_error = torch.where(group.column("clip_vloss", torch.bool),
-                                      torch.max(value_error, (clipped - minibatch.returns).square()), value_error)
-        # [mean surrogate, mean squared error, mean entropy] per member, weighed by
-        # [-1, 0.5 * vf_coef, -ent_coef]: policy_loss + vf_coef * value_loss - ent_coef * entropy.
-        means = (torch.stack([surrogate, value_error, dist.entropy()], dim=-1) * mask.unsqueeze(-1)).sum(dim=1) / counts
-        terms = means * torch.tensor([-1.0, 0.5, 1.0], device=means.device)
-        loss = terms[:, 0] + group.column("vf_coef").squeeze(1) * terms[:, 1] - group.column("ent_coef").squeeze(1) * terms[:, 2]
-        with torch.no_grad():
-            change = ratio - 1.0
-            kl_and_clipped = torch.stack([change - log_ratio, (change.abs() > clip_coef).to(ratio)], dim=-1)
-            kl_and_clipped = (kl_and_clipped * mask.unsqueeze(-1)).sum(dim=1) / counts
-        return loss, torch.cat([loss.unsqueeze(1), terms, kl_and_clipped], dim=1)
+        return ppo_minibatch_losses(group, dist, value, minibatch)
 
     def compute_losses(self, batch: Batch) -> dict[str, torch.Tensor]:
         """The PPO losses of one of this agent's minibatches under the current networks (the
