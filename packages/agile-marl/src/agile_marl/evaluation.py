@@ -87,4 +87,4 @@ def random_policy_return(env: Any, *, loop: int = 1, max_steps: int | None = Non
         return {agent: np.stack([space.sample() for _ in range(env.num_envs)]) for agent, space in spaces.items()}
 
     returns = episode_returns(env, act, loop=loop, max_steps=max_steps, seed=seed)
-    return float(sum(total for total in returns.values()).mean())
+    return float(np.sum(list(returns.values()), axis=0).mean())

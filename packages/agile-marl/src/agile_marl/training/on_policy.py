@@ -20,7 +20,11 @@ from agile_core.hpo.protocols import SelectionStrategy
 from agile_core.training import resolve_selection_strategy
 from agile_core.training.generations import GenerationLoop, PhaseResult
 from agile_core.training.profiling import PROFILER
-from agile_marl.buffers.rollout import MultiAgentRolloutBuffer, compute_advantages_together, population_batch
+from agile_marl.buffers.rollout import (
+    MultiAgentRolloutBuffer,
+    compute_advantages_together,
+    population_batch,
+)
 from agile_marl.population import act_groups, member_view
 from agile_marl.training.common import (
     PopulationRun,
