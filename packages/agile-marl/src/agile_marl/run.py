@@ -29,8 +29,13 @@ def build_buffer(spec: ReplayBufferSpec, algo_spec: Any, device: Any, *, observa
     from agile_marl.buffers import MultiAgentReplayBuffer
 
     if n_step or spec.per_buffer or spec.n_step_buffer:
-        raise ValueError(f"{algo_spec.name} learns from a uniform replay buffer: prioritized and n-step "
-                         "replay_buffer settings are not supported for multi-agent algorithms")
+        from agile_core.errors import ManifestError, ManifestIssue
+
+        # A manifest problem (a ValueError too), so `agile train` reports the field and exits 2.
+        field = "per_buffer" if spec.per_buffer else "n_step_buffer"
+        raise ManifestError([ManifestIssue(("replay_buffer", field), f"{algo_spec.name} learns from a uniform "
+                                           "replay buffer: prioritized and n-step replay_buffer settings are not "
+                                           "supported for multi-agent algorithms", True)])
     if observation_spaces is None or action_spaces is None:
         raise ValueError("a multi-agent replay buffer needs every agent's observation and action spaces")
     return MultiAgentReplayBuffer(spec.max_size, observation_spaces, action_spaces, device=device)

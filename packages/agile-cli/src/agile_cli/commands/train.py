@@ -131,6 +131,9 @@ def run(args: argparse.Namespace) -> int:
                 wandb_api_key=args.wandb_api_key or os.environ.get("WANDB_API_KEY"),
                 csv_path=str(run_dir / "metrics.csv"),
             )
+    except ManifestError as exc:  # a manifest problem only found when building the run (exit 2, no traceback)
+        print(ManifestError(exc.issues, args.manifest).report(), file=sys.stderr)
+        return EXIT_USAGE
     except TrainingInterrupted as exc:
         print(f"\nInterrupted: {exc}\nResume with: {_resume_hint(exc, args, run_dir)}", file=sys.stderr)
         return EXIT_INTERRUPTED

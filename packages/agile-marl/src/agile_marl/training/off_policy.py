@@ -151,8 +151,8 @@ def train_multi_agent_off_policy(
         selection_strategy: Selection after each evaluation (None: none).
         tournament: Deprecated alias of `selection_strategy`.
         mutation: Mutations applied after selection (None: none).
-        checkpoint: Save a run checkpoint (members, evolution state, counters, the memory) every
-            this many steps per member, at generation ends.
+        checkpoint: Save a run checkpoint (members, evolution state, counters, the memory and each
+            slot's unspent learn credit) every this many steps per member, at generation ends.
         checkpoint_path: Folder for checkpoints (default ``checkpoints``); Ctrl-C also saves here.
         overwrite_checkpoints: Keep only the latest checkpoint.
         save_elite: Save the best member after every evaluation to `elite_path`.
@@ -198,9 +198,19 @@ def train_multi_agent_off_policy(
         overwrite_checkpoints=overwrite_checkpoints, save_elite=save_elite, elite_path=elite_path, wb=wb,
         tensorboard=tensorboard, tensorboard_log_dir=tensorboard_log_dir, verbose=verbose,
         wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs, csv_path=csv_path, seed=seed,
-        buffers=lambda: {"replay": memory.state_dict()},
+        buffers=lambda: {"replay": memory.state_dict(),
+                         "learn_credit": {"steps": np.asarray(learn_credit, dtype=np.int64)}},
     )
+
+    def load_buffers(saved: Any) -> None:
+        # The memory and each slot's steps not yet paid for by a learning step (a run resumed
+        # mid-`learn_step` learns at the same steps as an uninterrupted one).
+        if "replay" in saved:
+            memory.load_state_dict(saved["replay"])
+        if "learn_credit" in saved:
+            credit = [int(c) for c in np.asarray(saved["learn_credit"]["steps"]).reshape(-1)]
+            if len(credit) == len(learn_credit):
+                learn_credit[:] = credit
+
     return run_generations(loop, run, phase, eval_loop=eval_loop, eval_steps=eval_steps, sum_scores=sum_scores,
-                           resume_from_checkpoint=resume_from_checkpoint,
-                           load_buffers=lambda saved: memory.load_state_dict(saved["replay"]) if "replay" in saved
-                           else None)
+                           resume_from_checkpoint=resume_from_checkpoint, load_buffers=load_buffers)
