@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -11,6 +12,15 @@ import pytest
 from agile_marl.envs import AsyncPettingZooVecEnv, PettingZooVecEnv, SubEnvError, make_vec_env
 from agile_marl.specs.env import MultiAgentEnvSpec
 from tests.marl.toy_envs import RaisingEnv, ToyHeteroEnv
+
+REPO_ROOT = str(Path(__file__).resolve().parents[2])
+
+
+@pytest.fixture(autouse=True)
+def _workers_import_the_toy_envs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spawned workers rebuild envs from `tests.marl.toy_envs` by import: they take the parent's
+    sys.path, which under `uv run pytest` (importlib mode) lacks the repository root."""
+    monkeypatch.syspath_prepend(REPO_ROOT)
 
 
 def assert_same(x: Any, y: Any, where: str = "") -> None:
