@@ -9,8 +9,8 @@ import pytest
 import torch
 from gymnasium import spaces
 
+from agile_core.buffers.spaces import LeafSpec, iter_leaves, space_spec
 from agile_offpolicy.buffers import ReplayBuffer
-from agile_offpolicy.buffers.spaces import LeafSpec, iter_leaves, space_spec
 
 OBS = spaces.Box(-np.inf, np.inf, (4,), np.float32)
 ACT = spaces.Discrete(2)

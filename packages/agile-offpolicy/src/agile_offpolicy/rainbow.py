@@ -39,6 +39,7 @@ from torch import nn
 
 from agile_core.algorithms.base import SingleAgentAlgorithm
 from agile_core.algorithms.group import MemberGroup, PopulationBatch, with_member_axis
+from agile_core.algorithms.q_learning import check_q_hyperparameters
 from agile_core.hpo.hyperparameters import HyperparameterConfig
 from agile_core.networks import (
     EvolvableModule,
@@ -49,7 +50,6 @@ from agile_core.networks import (
 from agile_core.networks.noisy import draw_factorised_noise
 from agile_core.specs.network import NetworkSpec
 from agile_core.training.evaluation import evaluate_policy
-from agile_offpolicy.dqn import _check_hyperparameters
 from agile_offpolicy.population import ReplayPopulationBatch
 from agile_offpolicy.specs import RainbowDQNSpec
 
@@ -176,7 +176,7 @@ class RainbowDQN(SingleAgentAlgorithm):
     ) -> None:
         super().__init__(observation_space, action_space, index=index, hp_config=hp_config, device=device)
         discrete = cast(spaces.Discrete, action_space)
-        _check_hyperparameters(batch_size, lr, learn_step, gamma, tau)
+        check_q_hyperparameters(batch_size, lr, learn_step, gamma, tau)
         fixed = sorted(set(self.hp_config) & set(STRUCTURAL_HYPERPARAMETERS))
         if fixed:
             raise ValueError(f"RainbowDQN cannot mutate {', '.join(fixed)}: fixed at construction")

@@ -1,13 +1,14 @@
-"""Replay buffers: uniform, n-step (per-sub-env windows) and proportional prioritised.
+"""Replay buffers: uniform (from core), n-step (per-sub-env windows) and proportional prioritised.
 
 See :mod:`agile_offpolicy.buffers.multistep` for the n-step + PER alignment contract.
 """
 
-from .batch import NStepBatch, PrioritizedBatch, ReplayBatch, Transitions
+from agile_core.buffers.batch import NStepBatch, PrioritizedBatch, ReplayBatch, Transitions
+from agile_core.buffers.replay import ReplayBuffer
+from agile_core.buffers.ring import RingBuffer
+
 from .multistep import MultiStepReplayBuffer
 from .prioritized import PrioritizedReplayBuffer, beta_schedule
-from .replay import ReplayBuffer
-from .ring import RingBuffer
 from .segment_tree import SumMinTree
 
 __all__ = [

@@ -21,10 +21,10 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from .batch import NStepBatch, Transitions
-from .replay import DONE_SPEC, REWARD_SPEC, row_selection
-from .ring import RingBuffer, StateDict
-from .spaces import (
+from agile_core.buffers.batch import NStepBatch, Transitions
+from agile_core.buffers.replay import DONE_SPEC, REWARD_SPEC, row_selection
+from agile_core.buffers.ring import RingBuffer, StateDict
+from agile_core.buffers.spaces import (
     LeafSpec,
     Nested,
     Spec,

@@ -8,11 +8,12 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from .batch import PrioritizedBatch
-from .replay import ReplayBuffer
-from .ring import StateDict
+from agile_core.buffers.batch import PrioritizedBatch
+from agile_core.buffers.replay import ReplayBuffer
+from agile_core.buffers.ring import StateDict
+from agile_core.buffers.spaces import Nested, to_numpy
+
 from .segment_tree import SumMinTree
-from .spaces import Nested, to_numpy
 
 __all__ = ["PrioritizedReplayBuffer", "beta_schedule"]
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from .spaces import to_numpy
+from agile_core.buffers.spaces import to_numpy
 
 __all__ = ["SumMinTree"]
 
