@@ -16,10 +16,11 @@ from gymnasium import spaces
 import agile_offpolicy.training as training_module
 from agile_core.algorithms.group import MemberGroup, StaleGroupError
 from agile_core.networks.stacked import NotStackableError
+from agile_core.training.population import act_groups as _act
 from agile_offpolicy.buffers import ReplayBuffer
 from agile_offpolicy.ddpg import DDPG
 from agile_offpolicy.dqn import DQN
-from agile_offpolicy.population import _act, can_batch, make_groups, sample_padded
+from agile_offpolicy.population import can_batch, make_groups, sample_padded
 from agile_offpolicy.td3 import TD3
 from agile_offpolicy.training import train_off_policy
 from tests.offpolicy.oracles import ddpg_learn, dqn_learn

@@ -18,8 +18,9 @@ import agile_offpolicy.training as training_module
 from agile_core.algorithms.group import MemberGroup
 from agile_core.networks import NoisyLinear
 from agile_core.networks.stacked_noisy import StackedNoisyLinear
+from agile_core.training.population import act_groups as _act
 from agile_offpolicy.buffers import MultiStepReplayBuffer, PrioritizedReplayBuffer, ReplayBuffer
-from agile_offpolicy.population import ReplayMemories, _act, can_batch, make_groups
+from agile_offpolicy.population import ReplayMemories, can_batch, make_groups
 from agile_offpolicy.rainbow import RainbowDQN
 from agile_offpolicy.training import train_off_policy
 from tests.offpolicy.oracles import rainbow_act, rainbow_learn

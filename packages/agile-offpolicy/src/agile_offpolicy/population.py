@@ -25,19 +25,20 @@ import torch
 from gymnasium.vector import VectorEnv
 
 from agile_core.algorithms.group import (
-    MemberGroup,
     PopulationBatch,
     make_member_groups,
     member_rows,
 )
+from agile_core.buffers.population import draw_member_indices
 from agile_core.networks.stacked import NotStackableError
 from agile_core.training import EpsilonSchedule, swap_image_channels
-from agile_core.training.evaluation import evaluate_population_batched
 from agile_core.training.generations import PhaseResult
 from agile_core.training.population import (
-    agent_rows,
+    Groups,
+    act_groups,
     log_once,
     pad_index_batches,
+    record_losses,
     start_population_phase,
 )
 from agile_core.training.profiling import PROFILER
@@ -48,14 +49,11 @@ from agile_offpolicy.buffers import (
     beta_schedule,
 )
 
-__all__ = ["ReplayMemories", "ReplayPopulationBatch", "can_batch", "collect_and_learn_population", "evaluate_batched",
-           "make_groups", "record_losses", "sample_padded"]
+__all__ = ["ReplayMemories", "ReplayPopulationBatch", "can_batch", "collect_and_learn_population", "make_groups",
+           "sample_padded"]
 
 BATCHED_MEMORIES = (ReplayBuffer, PrioritizedReplayBuffer, MultiStepReplayBuffer)
 """Memory types the batched phase samples from (exactly these: a subclass may sample its own way)."""
-
-Groups = list[tuple[list[int], MemberGroup]]
-
 
 def can_batch(population: Sequence[Any], memory: Any) -> bool:
     """Whether the batched phase supports these agents (each has a population-shaped step and
@@ -111,12 +109,13 @@ class ReplayPopulationBatch(PopulationBatch):
 
     @classmethod
     def of_rows(cls, flat: Sequence[Any], members: int, weights: torch.Tensor) -> ReplayPopulationBatch:
-        """A gathered flat batch of member-major rows ``[P * rows, ...]`` laid out ``[P, rows, ...]``."""
-        obs, action, reward, next_obs, done = (member_rows(item, members) for item in tuple(flat)[:5])
+        """A gathered flat batch of member-major rows ``[P * rows, ...]`` laid out ``[P, rows, ...]``
+        (with the rows' ``n_steps`` when the batch has them)."""
+        batch = cast(ReplayPopulationBatch, super().of_rows(flat, members, weights))
         n_steps = getattr(flat, "n_steps", None)
-        return cls(obs=obs, action=action, reward=reward.to(torch.float32), next_obs=next_obs,
-                   done=done.to(torch.float32), weights=weights,
-                   n_steps=None if n_steps is None else member_rows(n_steps, members).to(torch.float32))
+        if n_steps is not None:
+            batch.n_steps = member_rows(n_steps, members).to(torch.float32)
+        return batch
 
 
 @dataclass
@@ -180,8 +179,9 @@ class ReplayMemories:
         ``sample_indices`` with the member's ``rng``, importance weights for its :meth:`beta`),
         gathered in one call and laid out ``[P, max_batch, ...]``; padded rows repeat a valid index
         and carry zero weight."""
-        draws = [(self.memory.sample_indices(member.batch_size, getattr(member, "rng", None)), self.beta(member))
-                 if on else (np.zeros(0, dtype=np.int64), None) for member, on in zip(members, active, strict=True)]
+        member_indices = draw_member_indices(self.memory, members, active)
+        draws = [(indices, self.beta(member) if on else None)
+                 for indices, member, on in zip(member_indices, members, active, strict=True)]
         padded, weights = pad_index_batches([indices for indices, _ in draws])
         rows = padded.reshape(-1)
         flat = ReplayBuffer.sample_from_indices(self.memory, rows) if self.prioritized else \
@@ -240,40 +240,7 @@ def sample_padded(memory: Any, members: Sequence[Any], active: Sequence[bool],
     return memories.sample_population(members, active, device)
 
 
-def _act(groups: Groups, obs: Any, epsilons: Sequence[float], num_envs: int, masks: Any, agents: int,
-         training: bool = True) -> np.ndarray:
-    """Actions ``[agents * num_envs, ...]`` for the population's observations (greedy without `training`)."""
-    actions: np.ndarray | None = None
-    masks = None if masks is None else np.asarray(masks)
-    for slots, group in groups:
-        whole = len(groups) == 1 and slots == list(range(agents))
-        rows = None if whole else agent_rows(slots, num_envs)
-        part_obs = obs if rows is None else _take(obs, rows)
-        part_masks = None if masks is None else (masks if rows is None else masks[rows])
-        chosen = _group_act(group, part_obs, [epsilons[slot] for slot in slots], part_masks, training)
-        if rows is None:
-            return chosen
-        if actions is None:
-            actions = np.empty((agents * num_envs, *chosen.shape[1:]), dtype=chosen.dtype)
-        actions[rows] = chosen
-    assert actions is not None
-    return actions
 
-
-def _group_act(group: MemberGroup, obs: Any, epsilons: Sequence[float], masks: np.ndarray | None,
-               training: bool) -> np.ndarray:
-    first = group.members[0]
-    inputs = first.population_inputs(member_rows(obs, len(group)))
-    member_masks = None if masks is None else list(member_rows(masks, len(group)))
-    return group.algorithm.act_population(group, inputs, epsilons, member_masks, training=training)
-
-
-def _take(obs: Any, rows: np.ndarray) -> Any:
-    if isinstance(obs, Mapping):
-        return {key: _take(value, rows) for key, value in obs.items()}
-    if isinstance(obs, tuple):
-        return tuple(_take(value, rows) for value in obs)
-    return np.asarray(obs)[rows]
 
 
 def _reset_noise(population: Sequence[Any], num_envs: int, ended: np.ndarray | None = None) -> None:
@@ -306,7 +273,7 @@ def collect_and_learn_population(population: list[Any], env: VectorEnv, memory: 
     while steps < vector_steps and not should_stop():
         epsilons = [schedule.value(agent.steps / num_envs) for agent in population]
         with PROFILER.act:
-            action = _act(groups, obs, epsilons, num_envs, info.get("action_mask"), agents)
+            action = act_groups(groups, obs, epsilons, num_envs, info.get("action_mask"), agents)
         with PROFILER.env:
             next_obs, reward, terminated, truncated, info = env.step(action)
         if swap_channels:
@@ -353,25 +320,3 @@ def _learn(population: list[Any], groups: Groups, memories: ReplayMemories,
                 if loss is not None:
                     record_losses(results[slot].losses, loss)
 
-
-def record_losses(losses: dict[str, list[float]], value: Any) -> None:
-    """A learn step returns one loss (`loss`) or named losses (e.g. `critic`, `actor`)."""
-    if isinstance(value, Mapping):
-        for name, loss in value.items():
-            losses.setdefault(str(name), []).append(float(loss))
-    else:
-        losses.setdefault("loss", []).append(float(value))
-
-
-def evaluate_batched(population: list[Any], env: VectorEnv, *, loop: int, max_steps: int | None,
-                     swap_channels: bool) -> list[float]:
-    """Greedy fitness of every agent at once in the population env (appended to ``fitness``)."""
-    agents = len(population)
-    num_envs = env.num_envs // agents
-    groups = make_groups(population)
-
-    def act(obs: Any, info: dict[str, Any]) -> np.ndarray:
-        return _act(groups, obs, [0.0] * agents, num_envs, info.get("action_mask"), agents, training=False)
-
-    return evaluate_population_batched(population, env, act, loop=loop, max_steps=max_steps,
-                                       swap_channels=swap_channels)

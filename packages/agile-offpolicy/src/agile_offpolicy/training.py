@@ -36,8 +36,10 @@ from agile_core.training import (
     resolve_selection_strategy,
     swap_image_channels,
 )
+from agile_core.training.arguments import positive_int
 from agile_core.training.envs import population_vector_env
 from agile_core.training.generations import GenerationLoop, PhaseResult
+from agile_core.training.population import evaluate_groups, record_losses
 from agile_core.training.profiling import PROFILER
 from agile_offpolicy.buffers import (
     MultiStepReplayBuffer,
@@ -48,17 +50,9 @@ from agile_offpolicy.population import (
     ReplayMemories,
     can_batch,
     collect_and_learn_population,
-    evaluate_batched,
-    record_losses,
 )
 
 __all__ = ["train_off_policy"]
-
-
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    return int(value)
 
 
 def _check_memories(pop: list[Any], memory: Any, n_step_memory: Any, num_envs: int) -> None:
@@ -254,11 +248,11 @@ def train_off_policy(
     selection = resolve_selection_strategy(selection_strategy, tournament)
     if not pop:
         raise ValueError("pop must contain at least one agent")
-    max_steps = _positive_int("max_steps", max_steps)
-    evo_steps = _positive_int("evo_steps", evo_steps)
-    eval_loop = _positive_int("eval_loop", eval_loop)
+    max_steps = positive_int("max_steps", max_steps)
+    evo_steps = positive_int("evo_steps", evo_steps)
+    eval_loop = positive_int("eval_loop", eval_loop)
     if eval_steps is not None:
-        eval_steps = _positive_int("eval_steps", eval_steps)
+        eval_steps = positive_int("eval_steps", eval_steps)
     if learning_delay < 0:
         raise ValueError(f"learning_delay must be >= 0, got {learning_delay}")
     if accelerator is not None:
@@ -297,7 +291,7 @@ def train_off_policy(
                                                 learning_delay, learn_credit, swap_channels, should_stop)
 
         def population_evaluate(agents: list[Any]) -> list[float]:
-            return evaluate_batched(agents, population_env, loop=eval_loop, max_steps=eval_steps,
+            return evaluate_groups(agents, population_env, loop=eval_loop, max_steps=eval_steps,
                                     swap_channels=swap_channels)
 
         loop.batch_population(population_phase, population_evaluate, population_env, num_envs)

@@ -81,6 +81,14 @@ class PopulationBatch:
                    done=torch.as_tensor(done, device=device, dtype=torch.float32).reshape(1, rows),
                    weights=torch.full((1, rows), 1.0 / rows, device=device))
 
+    @classmethod
+    def of_rows(cls, flat: Sequence[Any], members: int, weights: torch.Tensor) -> Any:
+        """A gathered flat batch ``(obs, action, reward, next_obs, done, ...)`` of member-major rows
+        ``[P * rows, ...]`` laid out ``[P, rows, ...]`` with loss `weights` ``[P, rows]``."""
+        obs, action, reward, next_obs, done = (member_rows(item, members) for item in tuple(flat)[:5])
+        return cls(obs=obs, action=action, reward=reward.to(torch.float32), next_obs=next_obs,
+                   done=done.to(torch.float32), weights=weights)
+
 
 def _leading(field: Any, device: torch.device | str) -> Any:
     """A flat batch field (array, tensor, dict or tuple of them) with a leading member axis of 1."""

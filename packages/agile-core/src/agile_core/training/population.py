@@ -11,18 +11,22 @@ sizes as one padded ``[P, width]`` block with loss weights.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
 
+from agile_core.algorithms.group import MemberGroup, make_member_groups, member_rows
 from agile_core.training.envs import swap_image_channels
 from agile_core.training.episodes import EpisodeTracker
+from agile_core.training.evaluation import evaluate_population_batched
 from agile_core.training.profiling import PROFILER
 
-__all__ = ["agent_rows", "group_by_architecture", "log_once", "pad_index_batches", "start_population_phase"]
+__all__ = ["Groups", "act_groups", "agent_rows", "evaluate_groups", "group_by_architecture", "log_once", "pad_index_batches",
+           "record_losses", "start_population_phase"]
 
 GroupT = TypeVar("GroupT")
+Groups = list[tuple[list[int], MemberGroup]]
 
 
 def group_by_architecture(population: Sequence[Any], key: Callable[[Any], str],
@@ -90,3 +94,70 @@ def start_population_phase(env: Any, agents: int, swap_channels: bool) -> tuple[
     if swap_channels:
         obs = swap_image_channels(obs)
     return env.num_envs // agents, EpisodeTracker(env.num_envs), obs, info
+
+
+
+def act_groups(groups: Groups, obs: Any, epsilons: Sequence[float], num_envs: int, masks: Any, agents: int,
+               training: bool = True) -> np.ndarray:
+    """Actions ``[agents * num_envs, ...]`` for the population env's observations: each group of
+    `groups` (``[(slots, MemberGroup)]``) acts on its members' rows through its algorithm's
+    ``act_population``, with each member's epsilon and action mask (greedy without `training`)."""
+    actions: np.ndarray | None = None
+    masks = None if masks is None else np.asarray(masks)
+    for slots, group in groups:
+        whole = len(groups) == 1 and slots == list(range(agents))
+        rows = None if whole else agent_rows(slots, num_envs)
+        part_obs = obs if rows is None else _take(obs, rows)
+        part_masks = None if masks is None else (masks if rows is None else masks[rows])
+        chosen = _group_act(group, part_obs, [epsilons[slot] for slot in slots], part_masks, training)
+        if rows is None:
+            return chosen
+        if actions is None:
+            actions = np.empty((agents * num_envs, *chosen.shape[1:]), dtype=chosen.dtype)
+        actions[rows] = chosen
+    assert actions is not None
+    return actions
+
+
+def _group_act(group: MemberGroup, obs: Any, epsilons: Sequence[float], masks: np.ndarray | None,
+               training: bool) -> np.ndarray:
+    first = group.members[0]
+    inputs = first.population_inputs(member_rows(obs, len(group)))
+    member_masks = None if masks is None else list(member_rows(masks, len(group)))
+    return group.algorithm.act_population(group, inputs, epsilons, member_masks, training=training)
+
+
+def _take(obs: Any, rows: np.ndarray) -> Any:
+    if isinstance(obs, Mapping):
+        return {key: _take(value, rows) for key, value in obs.items()}
+    if isinstance(obs, tuple):
+        return tuple(_take(value, rows) for value in obs)
+    return np.asarray(obs)[rows]
+
+
+def record_losses(losses: dict[str, list[float]], value: Any) -> None:
+    """Append a learn step's losses: one loss (as `loss`), named losses (e.g. `critic`, `actor`)
+    or None (nothing)."""
+    if value is None:
+        return
+    if isinstance(value, Mapping):
+        for name, loss in value.items():
+            losses.setdefault(str(name), []).append(float(loss))
+    else:
+        losses.setdefault("loss", []).append(float(value))
+
+
+def evaluate_groups(population: list[Any], env: Any, *, loop: int, max_steps: int | None,
+                    swap_channels: bool) -> list[float]:
+    """Greedy fitness of every agent at once in the population env (appended to ``fitness``),
+    agents whose networks stack acting as one group."""
+    agents = len(population)
+    num_envs = env.num_envs // agents
+    groups = make_member_groups(population)
+
+    def act(obs: Any, info: dict[str, Any]) -> np.ndarray:
+        return act_groups(groups, obs, [0.0] * agents, num_envs, info.get("action_mask"), agents, training=False)
+
+    return evaluate_population_batched(population, env, act, loop=loop, max_steps=max_steps,
+                                       swap_channels=swap_channels)
+

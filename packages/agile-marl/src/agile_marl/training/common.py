@@ -11,32 +11,15 @@ from typing import Any
 import numpy as np
 
 from agile_core.algorithms.group import MemberGroup
+from agile_core.training.arguments import check_arguments
 from agile_core.training.episodes import EpisodeTracker
 from agile_core.training.generations import GenerationLoop, PhaseResult
+from agile_core.training.population import record_losses
 from agile_marl.evaluation import evaluate_population
 from agile_marl.population import Groups, current_groups
 
 __all__ = ["PopulationRun", "check_arguments", "fitness_result", "no_agent_phase", "population_env", "record_losses",
            "run_generations", "summed_rewards"]
-
-
-def check_arguments(pop: Sequence[Any], *, max_steps: Any, evo_steps: Any, eval_loop: Any, eval_steps: Any,
-                    accelerator: Any, loop_name: str) -> tuple[int, int, int, int | None]:
-    """Positive integers for the schedule, or a ValueError naming the argument."""
-    if not pop:
-        raise ValueError("pop must contain at least one agent")
-    if accelerator is not None:
-        raise ValueError(f"accelerator (distributed training) is not supported by {loop_name}")
-    checked = [_positive_int(name, value) for name, value in
-               (("max_steps", max_steps), ("evo_steps", evo_steps), ("eval_loop", eval_loop))]
-    steps = None if eval_steps is None else _positive_int("eval_steps", eval_steps)
-    return checked[0], checked[1], checked[2], steps
-
-
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    return int(value)
 
 
 def summed_rewards(rewards: Mapping[str, Any], info: Mapping[str, Any]) -> np.ndarray:
@@ -47,12 +30,6 @@ def summed_rewards(rewards: Mapping[str, Any], info: Mapping[str, Any]) -> np.nd
         total = part if total is None else total + part
     assert total is not None
     return total
-
-
-def record_losses(losses: dict[str, list[float]], value: Mapping[str, Any] | None) -> None:
-    """Append a learning step's named losses."""
-    for name, loss in (value or {}).items():
-        losses.setdefault(str(name), []).append(float(loss))
 
 
 @dataclass
