@@ -8,7 +8,13 @@ from typing import Any
 from agile_core.buffers import ReplayBuffer
 from agile_core.errors import ManifestError, ManifestIssue
 from agile_core.specs.manifest import TrainingManifest
-from agile_offline.datasets import DatasetError, TransitionData, check_spaces, load_dataset, load_minari
+from agile_offline.datasets import (
+    DatasetError,
+    TransitionData,
+    check_spaces,
+    load_dataset,
+    load_minari,
+)
 from agile_offline.specs.env import OfflineEnvSpec
 from agile_offline.training import fill_memory
 
