@@ -5,10 +5,11 @@ the IPPO example manifest for a few hundred steps through ``LocalTrainer.from_ma
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.core.isolated import install_alone
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,28 +41,8 @@ print('isolated-marl-ok', fitnesses)
 
 @pytest.mark.skipif(shutil.which("uv") is None, reason="needs uv to build an isolated environment")
 def test_agile_core_and_marl_alone_train_the_ippo_example(tmp_path):
-    constraints = tmp_path / "constraints.txt"
-    exported = subprocess.run(
-        ["uv", "export", "--frozen", "--package", "agile-marl", "--no-hashes", "--no-emit-workspace",
-         "--no-dev", "--no-header", "-o", str(constraints)],
-        cwd=ROOT, capture_output=True, text=True,
-    )
-    assert exported.returncode == 0, exported.stderr
-    venv = tmp_path / "venv"
-    env = {**os.environ, "VIRTUAL_ENV": str(venv)}
-    env.pop("UV_PROJECT_ENVIRONMENT", None)
-    subprocess.run(["uv", "venv", "--quiet", "--python", sys.executable, str(venv)], check=True, env=env)
-    python = venv / "bin" / "python"
-    install = subprocess.run(
-        # --no-sources: agile-marl's workspace source for agile-core would install it editable.
-        ["uv", "pip", "install", "--quiet", "--no-sources", "--python", str(python), "-c", str(constraints),
-         str(ROOT / "packages" / "agile-core"), str(ROOT / "packages" / "agile-marl")],
-        capture_output=True, text=True, env=env,
-    )
-    assert install.returncode == 0, install.stderr
-    listed = subprocess.run(["uv", "pip", "list", "--python", str(python)], capture_output=True, text=True, env=env).stdout
+    python, listed = install_alone(tmp_path, "agile-marl")
     assert "agile-marl" in listed
-    assert not list((venv / "lib").glob("python*/site-packages/*editable*")), "installed editable"
     assert "agile-offpolicy" not in listed and "agile-onpolicy" not in listed and "agile-cli" not in listed
     result = subprocess.run([str(python), "-c", SCRIPT, str(ROOT / "configs" / "training" / "ippo_spread.yaml")],
                             capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"},

@@ -186,7 +186,7 @@ def _rollout(vec: VectorEnv, act: ActFn | None, *, by_episodes: bool, target: in
     pending: list[list[_Transition]] = [[] for _ in range(n)]
     finished: list[list[_Transition]] = []
     stored = 0
-    bar = ProgressBar(target, desc="recording " + ("episodes" if by_episodes else "transitions"),
+    bar = ProgressBar(target, desc="recording", unit="episodes" if by_episodes else "transitions",
                       enabled=None if progress else False)
     with bar:
         while True:

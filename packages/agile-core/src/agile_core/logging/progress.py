@@ -39,7 +39,8 @@ class ProgressBar:
     otherwise a periodic plain status line if ``verbose`` else nothing.
     ``enabled=False`` disables all output; ``enabled=True`` forces the bar.
     ``initial`` is the step the run starts (or resumes) at; speed and ETA are
-    measured from there.  ``clock`` is injectable for tests.
+    measured from there.  ``unit`` names what is counted (``steps``, ``episodes``...).
+    ``clock`` is injectable for tests.
     """
 
     def __init__(
@@ -53,10 +54,12 @@ class ProgressBar:
         verbose: bool = False,
         min_interval: float = 0.2,
         status_interval: float = 30.0,
+        unit: str = "steps",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.total = max(int(total), 0)
         self.desc = desc
+        self.unit = unit
         self.stream: TextIO = stream if stream is not None else sys.stderr
         self.min_interval = min_interval
         self.status_interval = status_interval
@@ -113,8 +116,8 @@ class ProgressBar:
         percent = f" ({100.0 * self.n / self.total:.1f}%)" if self.total else ""
         prefix = f"{self.desc} " if self.desc else ""
         return (
-            f"{prefix}{format_count(self.n)}/{format_count(self.total)} steps{percent}"
-            f" | {format_count(self.rate())} steps/s | ETA {format_duration(self.eta())}"
+            f"{prefix}{format_count(self.n)}/{format_count(self.total)} {self.unit}{percent}"
+            f" | {format_count(self.rate())} {self.unit}/s | ETA {format_duration(self.eta())}"
         )
 
     def bar_line(self, width: int | None = None) -> str:
@@ -124,7 +127,7 @@ class ProgressBar:
         frac = min(self.n / self.total, 1.0) if self.total else 0.0
         suffix = (
             f" {100 * frac:3.0f}% {format_count(self.n)}/{format_count(self.total)}"
-            f" [{format_count(self.rate())} steps/s, ETA {format_duration(self.eta())}]"
+            f" [{format_count(self.rate())} {self.unit}/s, ETA {format_duration(self.eta())}]"
         )
         room = columns - len(prefix) - len(suffix) - 3
         if room < 5:
