@@ -66,26 +66,6 @@ GROUP_STATS = (*LOSS_NAMES, "explained_variance", "epochs", "minibatches", "earl
 """What :meth:`IPPO.learn` reports per agent group (``"<group>.<name>"``) and averaged over groups."""
 
 
-def _check_hyperparameters(values: Mapping[str, Any]) -> None:
-    """Reject hyperparameter values IPPO cannot run with, naming the offender."""
-    for name in ("batch_size", "learn_step", "update_epochs"):
-        value = values[name]
-        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    for name in ("lr", "clip_coef", "max_grad_norm", "action_std_init"):
-        if not values[name] > 0:
-            raise ValueError(f"{name} must be > 0, got {values[name]}")
-    for name in ("ent_coef", "vf_coef"):
-        if not values[name] >= 0:
-            raise ValueError(f"{name} must be >= 0, got {values[name]}")
-    if not 0 < values["gamma"] <= 1:
-        raise ValueError(f"gamma must lie in (0, 1], got {values['gamma']}")
-    if not 0 <= values["gae_lambda"] <= 1:
-        raise ValueError(f"gae_lambda must lie in [0, 1], got {values['gae_lambda']}")
-    if values["target_kl"] is not None and not values["target_kl"] > 0:
-        raise ValueError(f"target_kl must be > 0 or None, got {values['target_kl']}")
-
-
 def network_section(net_config: Any, key: str, agents: Sequence[str]) -> Any:
     """The network section of agent group `key`: a section keyed by the group (or its first
     agent's id) in ``net_config.groups``, else the shared fields (``MultiAgentNetworkSpec``)."""
@@ -166,7 +146,7 @@ class IPPO(MultiAgentAgent):
         clip_vloss: bool = _DEFAULTS["clip_vloss"],
     ) -> None:
         super().__init__(observation_spaces, action_spaces, index=index, hp_config=hp_config, device=device)
-        _check_hyperparameters(locals())
+        IPPOSpec.check_values(locals())
         self.batch_size = int(batch_size)
         self.lr = float(lr)
         self.learn_step = int(learn_step)

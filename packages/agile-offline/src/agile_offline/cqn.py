@@ -62,8 +62,7 @@ class CQN(QLearner):
         seed: int | None = None,
         actor_network: EvolvableModule | None = None,
     ) -> None:
-        if not cql_alpha >= 0:
-            raise ValueError(f"cql_alpha must be >= 0, got {cql_alpha}")
+        CQNSpec.check_values({"cql_alpha": cql_alpha})
         self.cql_alpha = float(cql_alpha)
         super().__init__(observation_space, action_space, index=index, hp_config=hp_config, net_config=net_config,
                          batch_size=batch_size, lr=lr, learn_step=learn_step, gamma=gamma, tau=tau, double=double,

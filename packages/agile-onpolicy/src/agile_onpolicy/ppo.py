@@ -95,7 +95,7 @@ from agile_core.networks.network import build_head
 from agile_core.specs.network import NetworkSpec
 from agile_core.training.evaluation import evaluate_policy
 from agile_core.training.population import pad_index_batches
-from agile_onpolicy.rollout import SEQUENCE_TYPES, RecurrentBatch, RolloutBatch, RolloutBuffer
+from agile_onpolicy.rollout import RecurrentBatch, RolloutBatch, RolloutBuffer
 from agile_onpolicy.rollout.storage import map_tree
 from agile_onpolicy.specs import PPOSpec
 
@@ -141,31 +141,6 @@ class SharedActorCritic(StochasticActor):
         """State values ``[...]`` (plus the new hidden state when recurrent)."""
         latent, hidden = self.encode(obs, hidden_state)
         return self._with_hidden(self.value_head(latent).squeeze(-1), hidden)
-
-
-def _check_hyperparameters(values: Mapping[str, Any]) -> None:
-    """Reject hyperparameter values PPO cannot run with, naming the offender."""
-    for name in ("batch_size", "learn_step", "update_epochs"):
-        value = values[name]
-        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    for name in ("lr", "clip_coef", "max_grad_norm", "action_std_init"):
-        if not values[name] > 0:
-            raise ValueError(f"{name} must be > 0, got {values[name]}")
-    for name in ("ent_coef", "vf_coef"):
-        if not values[name] >= 0:
-            raise ValueError(f"{name} must be >= 0, got {values[name]}")
-    if not 0 < values["gamma"] <= 1:
-        raise ValueError(f"gamma must lie in (0, 1], got {values['gamma']}")
-    if not 0 <= values["gae_lambda"] <= 1:
-        raise ValueError(f"gae_lambda must lie in [0, 1], got {values['gae_lambda']}")
-    if values["target_kl"] is not None and not values["target_kl"] > 0:
-        raise ValueError(f"target_kl must be > 0 or None, got {values['target_kl']}")
-    if values["bptt_sequence_type"] not in SEQUENCE_TYPES:
-        raise ValueError(f"bptt_sequence_type must be one of {SEQUENCE_TYPES}, got {values['bptt_sequence_type']!r}")
-    max_seq_len = values["max_seq_len"]
-    if max_seq_len is not None and (isinstance(max_seq_len, bool) or int(max_seq_len) < 1):
-        raise ValueError(f"max_seq_len must be an integer >= 1 or None, got {max_seq_len!r}")
 
 
 def _fit_state(tensor: torch.Tensor, num_layers: int, size: int) -> torch.Tensor:
@@ -365,7 +340,7 @@ class PPO(SingleAgentAlgorithm):
         super().__init__(observation_space, action_space, index=index, hp_config=hp_config, device=device)
         if isinstance(action_space, spaces.MultiDiscrete) and action_space.nvec.ndim != 1:
             raise ValueError(f"PPO supports 1-D MultiDiscrete action spaces only, got {action_space}")
-        _check_hyperparameters(locals())
+        PPOSpec.check_values(locals())
         self.batch_size = int(batch_size)
         self.lr = float(lr)
         self.learn_step = int(learn_step)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import types
 import typing
+from collections.abc import Mapping
 from typing import Any, ClassVar, Literal, get_args, get_origin
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from agile_core.specs._base import Spec
 from agile_core.specs.mutation import RLHyperparameter
@@ -53,6 +54,21 @@ class AlgorithmSpec(Spec):
             if kind is not None:
                 found[field_name] = kind
         return found
+
+    @classmethod
+    def check_values(cls, values: Mapping[str, Any]) -> None:
+        """Check an algorithm constructor's arguments by this spec's rules (the ones manifests
+        meet): a ValueError naming the first value it rejects. Names the spec lacks are ignored."""
+        data = {name: values[name] for name in cls.model_fields if name != "name" and name in values}
+        for name, kind in cls.numeric_hyperparameters().items():
+            if kind is int and isinstance(data.get(name), bool):
+                raise ValueError(f"{name}: input should be an integer, not a boolean (got {data[name]!r})")
+        try:
+            cls.model_validate(data)
+        except ValidationError as error:
+            first = error.errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            raise ValueError(f"{where}: {first['msg'].lower()} (got {first.get('input')!r})") from None
 
     def hyperparameters(self) -> dict[str, Any]:
         """The hyperparameters as plain values (without `name`)."""
