@@ -22,7 +22,7 @@ def random_cartpole(episodes: int, seed: int) -> TransitionData:
     return record("CartPole-v1", None, episodes=episodes, seed=seed, progress=False)
 
 
-def partly_trained_dqn(seed: int, target: float = 200.0, max_steps: int = 40_000):  # noqa: ANN201
+def partly_trained_dqn(seed: int, target: float = 200.0, max_steps: int = 40_000):
     """A DQN trained on CartPole-v1 only until its greedy return first reaches `target` (or
     `max_steps`): a mediocre policy, as logged data usually comes from."""
     from agile_offpolicy import DQN, ReplayBuffer, train_off_policy

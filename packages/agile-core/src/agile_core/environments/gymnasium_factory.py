@@ -6,10 +6,6 @@ with the `spawn` start method: a child process rebuilds the environment from the
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import inspect
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,59 +14,8 @@ import gymnasium as gym
 from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv, VectorEnv
 
 from agile_core.environments.api_check import check_env
+from agile_core.environments.loading import EnvironmentBuildError, creator_in_file, import_target
 from agile_core.specs.env import GymEnvSpec
-
-
-class EnvironmentBuildError(ValueError):
-    """An environment section that names something that cannot be built."""
-
-
-def _import_attr(entrypoint: str) -> Any:
-    module_name, _, attr = entrypoint.partition(":")
-    try:
-        target: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise EnvironmentBuildError(f"environment.entrypoint: cannot import module '{module_name}' ({exc})") from None
-    for part in attr.split("."):
-        if not hasattr(target, part):
-            raise EnvironmentBuildError(f"environment.entrypoint: module '{module_name}' has no attribute '{attr}'")
-        target = getattr(target, part)
-    return target
-
-
-def _load_file(path: Path) -> Any:
-    """Import a Python file as a module (once per process, under a stable name)."""
-    name = f"agile_user_env_{abs(hash(str(path.resolve())))}"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise EnvironmentBuildError(f"environment.path: cannot import '{path}'")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:
-        del sys.modules[name]
-        raise EnvironmentBuildError(f"environment.path: importing '{path}' failed: {type(exc).__name__}: {exc}") from exc
-    return module
-
-
-def _env_from_file(path: Path, attribute: str | None) -> Any:
-    module = _load_file(path)
-    if attribute is not None:
-        if not hasattr(module, attribute):
-            raise EnvironmentBuildError(f"environment.entrypoint: '{path}' defines no '{attribute}'")
-        return getattr(module, attribute)
-    found = [obj for obj in vars(module).values()
-             if inspect.isclass(obj) and issubclass(obj, gym.Env) and obj.__module__ == module.__name__]
-    if len(found) != 1:
-        names = ", ".join(cls.__name__ for cls in found) or "none"
-        raise EnvironmentBuildError(
-            f"environment.path: '{path}' must define exactly one gymnasium.Env subclass (found {names}); "
-            "name the one to use with `entrypoint`"
-        )
-    return found[0]
 
 
 @dataclass
@@ -93,9 +38,9 @@ class EnvFactory:
         if self._creator is None:
             spec = GymEnvSpec.model_validate(self.spec)
             if spec.path is not None:
-                self._creator = _env_from_file(Path(self.base_dir) / spec.path, spec.entrypoint)
+                self._creator = creator_in_file(Path(self.base_dir) / spec.path, spec.entrypoint, gym.Env)
             elif spec.entrypoint is not None:
-                self._creator = _import_attr(spec.entrypoint)
+                self._creator = import_target(spec.entrypoint, "entrypoint")
         return self._creator
 
     def __call__(self) -> gym.Env:
@@ -116,9 +61,7 @@ class EnvFactory:
                     f"environment '{spec.name}': the entrypoint returned {type(env).__name__}, not a gymnasium.Env"
                 )
         for wrapper in spec.wrappers:
-            module, _, attr = wrapper.name.rpartition(".") if ":" not in wrapper.name else ("", "", "")
-            target = _import_attr(wrapper.name if ":" in wrapper.name else f"{module}:{attr}")
-            env = target(env, **wrapper.kwargs)
+            env = import_target(wrapper.name, "wrappers")(env, **wrapper.kwargs)
         return env
 
 

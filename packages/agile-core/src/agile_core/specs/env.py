@@ -39,20 +39,21 @@ class EnvSpec(Spec):
     """Sub-environments each agent steps in parallel (one vector environment per agent)."""
 
 
-class GymEnvSpec(EnvSpec):
-    """A Gymnasium environment: a registered id, or a custom one by entrypoint or file path."""
+class CustomEnvSpec(EnvSpec):
+    """Base of the environment sections that can name a custom environment by entrypoint or file,
+    configure it and wrap it (Gymnasium and PettingZoo alike)."""
 
     entrypoint: str | None = None
     """Where the environment class or factory lives: `package.module:attr`; with `path`, just the
     attribute name inside that file."""
     path: str | None = None
     """Python file defining the environment (relative to the manifest); its `entrypoint`
-    attribute, or its single `gymnasium.Env` subclass when no entrypoint is given."""
+    attribute, or the environment class it defines when no entrypoint is given."""
     config: dict[str, Any] = Field(default_factory=dict)
-    """Keyword arguments passed to the environment's constructor (`gymnasium.make` kwargs)."""
+    """Keyword arguments passed to the environment's constructor."""
     wrappers: list[WrapperSpec] = Field(default_factory=list)
-    """Wrappers applied to each sub-environment, innermost first. A bare string is a wrapper
-    with no arguments."""
+    """Wrappers applied to each sub-environment (`wrapper(env, **kwargs)`), innermost first. A
+    bare string is a wrapper with no arguments."""
     sync: bool = True
     """Step sub-environments in this process (true) or in subprocesses (false: for slow envs)."""
 
@@ -71,7 +72,7 @@ class GymEnvSpec(EnvSpec):
         return value
 
     @model_validator(mode="after")
-    def _entrypoint_form(self) -> GymEnvSpec:
+    def _entrypoint_form(self) -> CustomEnvSpec:
         if self.entrypoint is None:
             return self
         if self.path is not None:
@@ -83,5 +84,10 @@ class GymEnvSpec(EnvSpec):
 
     @property
     def is_custom(self) -> bool:
-        """Whether the environment comes from an entrypoint or a file rather than a registered id."""
+        """Whether the environment comes from an entrypoint or a file rather than its name."""
         return self.entrypoint is not None or self.path is not None
+
+
+class GymEnvSpec(CustomEnvSpec):
+    """A Gymnasium environment: a registered id (`gymnasium.make(name, **config)`), or a custom
+    one by entrypoint or file path (its only `gymnasium.Env` subclass when no entrypoint is given)."""

@@ -7,95 +7,37 @@ The factory is a ``functools.partial`` of :func:`build_parallel_env` with plain 
 from __future__ import annotations
 
 import functools
-import importlib
-import importlib.util
-import inspect
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pettingzoo import ParallelEnv
 
+from agile_core.environments.loading import (
+    EnvironmentBuildError,
+    creator_in_file,
+    import_module,
+    import_target,
+)
+
 if TYPE_CHECKING:
     from agile_marl.envs.vector import MultiAgentVecEnv
     from agile_marl.specs.env import MultiAgentEnvSpec
 
 
-class MultiAgentEnvBuildError(ValueError):
-    """An environment section that names something that cannot be built."""
-
-
-def _import_module(module_name: str, field: str) -> Any:
-    try:
-        return importlib.import_module(module_name)
-    except ImportError as exc:
-        raise MultiAgentEnvBuildError(f"environment.{field}: cannot import module '{module_name}' ({exc})") from None
-
-
-def _attribute(target: Any, dotted: str, field: str, where: str) -> Any:
-    for part in dotted.split("."):
-        if not hasattr(target, part):
-            raise MultiAgentEnvBuildError(f"environment.{field}: {where} has no attribute '{dotted}'")
-        target = getattr(target, part)
-    return target
-
-
-def _import_target(target: str, field: str) -> Any:
-    """`package.module:attr` or `package.module.attr`."""
-    if ":" in target:
-        module_name, _, attr = target.partition(":")
-    else:
-        module_name, _, attr = target.rpartition(".")
-    return _attribute(_import_module(module_name, field), attr, field, f"module '{module_name}'")
-
-
-def _load_file(path: Path) -> Any:
-    """Import a Python file as a module, once per process, under a stable name."""
-    name = f"agile_user_marl_env_{abs(hash(str(path.resolve())))}"
-    if name in sys.modules:
-        return sys.modules[name]
-    if not path.is_file():
-        raise MultiAgentEnvBuildError(f"environment.path: no such file '{path}'")
-    file_spec = importlib.util.spec_from_file_location(name, path)
-    if file_spec is None or file_spec.loader is None:
-        raise MultiAgentEnvBuildError(f"environment.path: cannot import '{path}'")
-    module = importlib.util.module_from_spec(file_spec)
-    sys.modules[name] = module
-    try:
-        file_spec.loader.exec_module(module)
-    except Exception as exc:
-        del sys.modules[name]
-        raise MultiAgentEnvBuildError(f"environment.path: importing '{path}' failed: {type(exc).__name__}: {exc}") from exc
-    return module
-
-
-def _creator_in_file(path: Path, attribute: str | None) -> Any:
-    module = _load_file(path)
-    if attribute is not None:
-        return _attribute(module, attribute, "entrypoint", f"'{path}'")
-    if callable(getattr(module, "parallel_env", None)):
-        return module.parallel_env
-    found = [obj for obj in vars(module).values()
-             if inspect.isclass(obj) and issubclass(obj, ParallelEnv) and obj.__module__ == module.__name__]
-    if len(found) != 1:
-        names = ", ".join(cls.__name__ for cls in found) or "none"
-        raise MultiAgentEnvBuildError(
-            f"environment.path: '{path}' must define parallel_env() or exactly one pettingzoo.ParallelEnv "
-            f"subclass (found {names}); name the one to use with `entrypoint`"
-        )
-    return found[0]
+MultiAgentEnvBuildError = EnvironmentBuildError
+"""An environment section that names something that cannot be built (core's error)."""
 
 
 def resolve_creator(name: str, entrypoint: str | None = None, path: str | None = None,
                     base_dir: str | None = None) -> Callable[..., Any]:
     """The class or function the environment section names (raises MultiAgentEnvBuildError)."""
     if path is not None:
-        return _creator_in_file(Path(base_dir or ".") / path, entrypoint)
+        return creator_in_file(Path(base_dir or ".") / path, entrypoint, ParallelEnv, functions=("parallel_env",))
     if entrypoint is not None:
-        creator = _import_target(entrypoint, "entrypoint")
+        creator = import_target(entrypoint, "entrypoint")
     else:
-        module = _import_module(name, "name")
+        module = import_module(name, "name")
         creator = getattr(module, "parallel_env", None)
         if creator is None:
             raise MultiAgentEnvBuildError(
@@ -126,7 +68,7 @@ def build_parallel_env(name: str, entrypoint: str | None = None, path: str | Non
             "(possible_agents, reset, step, observation_space, action_space)"
         )
     for index, (wrapper, kwargs) in enumerate(wrappers):
-        env = _import_target(wrapper, f"wrappers[{index}].name")(env, **dict(kwargs))
+        env = import_target(wrapper, f"wrappers[{index}].name")(env, **dict(kwargs))
     return env
 
 
@@ -140,7 +82,7 @@ def make_env_factory(spec: MultiAgentEnvSpec, base_dir: str | Path | None = None
     resolve_creator(spec.name, spec.entrypoint, spec.path, base)
     wrappers = tuple((w.name, dict(w.kwargs)) for w in spec.wrappers)
     for index, (wrapper, _) in enumerate(wrappers):
-        _import_target(wrapper, f"wrappers[{index}].name")
+        import_target(wrapper, f"wrappers[{index}].name")
     return functools.partial(build_parallel_env, spec.name, spec.entrypoint, spec.path, dict(spec.config),
                              wrappers, base)
 
