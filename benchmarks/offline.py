@@ -32,11 +32,13 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--seed-start", type=int, default=0)
     parser.add_argument("--max-steps", type=int, default=None, help="override training.max_steps")
+    parser.add_argument("--manifest", type=Path, default=None, help="another CQN manifest (default: the example)")
     args = parser.parse_args()
     passed = 0
     for seed in range(args.seed_start, args.seed_start + args.seeds):
         with tempfile.TemporaryDirectory() as folder:
-            result = run_check(seed, Path(folder), max_steps=args.max_steps)
+            extra = {} if args.manifest is None else {"manifest_path": args.manifest}
+            result = run_check(seed, Path(folder), max_steps=args.max_steps, **extra)
         ok = result.steps_to_pass is not None
         passed += ok
         print(json.dumps({

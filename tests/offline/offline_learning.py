@@ -66,14 +66,15 @@ def behaviour_cloning_return(data: TransitionData, seed: int, steps: int = 3_000
     return float(np.mean(returns))
 
 
-def run_check(seed: int, folder: Path, threshold: float = 300.0, max_steps: int | None = None) -> OfflineResult:
+def run_check(seed: int, folder: Path, threshold: float = 300.0, max_steps: int | None = None,
+              manifest_path: Path = MANIFEST) -> OfflineResult:
     """Record the data for `seed`, train CQN and BC on it; the CQN run is the example manifest
     with its dataset path, seed and mutation seed set to this one (and `max_steps` when given)."""
     torch.set_num_threads(1)
     data = mixed_quality(partly_trained_dqn(seed), seed)
     returns = data.episode_returns()
     path = write_hdf5(data, folder / "cartpole_mixed.h5")
-    raw = yaml.safe_load(MANIFEST.read_text())
+    raw = yaml.safe_load(manifest_path.read_text())
     raw["environment"]["dataset_path"] = str(path)
     raw["training"]["seed"] = seed
     raw["mutation"]["rand_seed"] = seed
