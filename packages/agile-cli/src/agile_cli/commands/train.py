@@ -103,6 +103,8 @@ def run(args: argparse.Namespace) -> int:
     except ManifestError as exc:
         print(exc.report(), file=sys.stderr)
         return EXIT_USAGE
+    if args.wandb_api_key:
+        _hide_from_argv(args.wandb_api_key)
     run_dir = _run_dir(args)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "manifest.resolved.json").write_text(manifest.to_json() + "\n", encoding="utf-8")
@@ -129,6 +131,7 @@ def run(args: argparse.Namespace) -> int:
                 checkpoint_steps=args.checkpoint_steps, checkpoint_path=checkpoint_path,
                 overwrite_checkpoints=args.overwrite_checkpoints,
                 wandb_api_key=args.wandb_api_key or os.environ.get("WANDB_API_KEY"),
+                wandb_kwargs={"dir": str(run_dir)} if args.wb else None,
                 csv_path=str(run_dir / "metrics.csv"),
             )
     except ManifestError as exc:  # a manifest problem only found when building the run (exit 2, no traceback)
@@ -182,3 +185,8 @@ def build_summary(population: list[Any], fitnesses: list[float], manifest: Any, 
         "target_reached": reached,
         "target_reached_at_step": total_steps if reached else None,
     }
+
+
+def _hide_from_argv(secret: str) -> None:
+    """Replace `secret` in ``sys.argv`` (W&B records the command line in its run files)."""
+    sys.argv[:] = [arg.replace(secret, "***") for arg in sys.argv]
