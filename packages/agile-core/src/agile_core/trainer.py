@@ -145,8 +145,13 @@ class LocalTrainer(Trainer):
         return HyperparameterConfig.from_selection(selection, type(spec).numeric_hyperparameters())
 
     def make_population(self, env: Any, hp_config: Any) -> list[Any]:
-        """`pop_size` agents of the manifest's algorithm, seeded per index."""
+        """`pop_size` agents of the manifest's algorithm, seeded per index (or what the
+        paradigm's `make_population` hook builds: ``hook(manifest, env, hp_config, device)``)."""
         spec = self.manifest.algorithm
+        hooks = paradigm_of(spec.name).hooks
+        if "make_population" in hooks:  # paradigms whose members are not built from spaces (LLMs)
+            return list(paradigm_of(spec.name).load_attr("make_population")(self.manifest, env, hp_config,
+                                                                              self.device))
         module_name, _, class_name = type(spec).algorithm_class.partition(":")
         algorithm_class = getattr(importlib.import_module(module_name), class_name)
         parameters = inspect.signature(algorithm_class).parameters
@@ -181,7 +186,7 @@ class LocalTrainer(Trainer):
         from agile_core.hpo.selection import TournamentSelection
 
         training = self.manifest.training
-        seed = self.manifest.mutation.rand_seed if self.manifest.mutation else training.seed
+        seed = self.manifest.resolved_mutation().rand_seed  # its own seed, else training.seed
         selection_spec = self.manifest.resolved_selection()
         if isinstance(selection_spec, MultiFrequencySelectionSpec):
             selection: Any = MultiFrequencySelection(

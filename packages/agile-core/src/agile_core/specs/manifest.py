@@ -108,10 +108,13 @@ class TrainingManifest(Spec):
         return self.training.evo_steps or type(self.algorithm).default_evo_steps
 
     def resolved_mutation(self) -> MutationSpec:
-        """The mutation spec with `rl_hp_selection` filled from the algorithm's defaults."""
+        """The mutation spec with `rl_hp_selection` filled from the algorithm's defaults and
+        `rand_seed` from `training.seed` when the section gives none."""
         mutation = self.mutation or MutationSpec()
         if mutation.rl_hp_selection is None:
             mutation = mutation.model_copy(update={"rl_hp_selection": self.algorithm.default_rl_hp_selection()})
+        if mutation.rand_seed is None and self.training.seed is not None:
+            mutation = mutation.model_copy(update={"rand_seed": self.training.seed})
         return mutation
 
     def resolved_selection(self) -> TournamentSelectionSpec | MultiFrequencySelectionSpec:
