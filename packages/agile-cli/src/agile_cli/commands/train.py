@@ -110,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
     (run_dir / "manifest.resolved.json").write_text(manifest.to_json() + "\n", encoding="utf-8")
     checkpoint_path = args.checkpoint_path or str(run_dir / "checkpoints")
     elite_path = args.elite_path or str(run_dir / "elite")
+    from agile_core.training.checkpointing import ResumeMismatchError
     from agile_core.training.interrupt import TrainingInterrupted
 
     started = time.monotonic()
@@ -136,6 +137,9 @@ def run(args: argparse.Namespace) -> int:
             )
     except ManifestError as exc:  # a manifest problem only found when building the run (exit 2, no traceback)
         print(ManifestError(exc.issues, args.manifest).report(), file=sys.stderr)
+        return EXIT_USAGE
+    except ResumeMismatchError as exc:  # resuming with another run's checkpoint: the user's input (exit 2)
+        print(f"agile train: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except TrainingInterrupted as exc:
         print(f"\nInterrupted: {exc}\nResume with: {_resume_hint(exc, args, run_dir)}", file=sys.stderr)

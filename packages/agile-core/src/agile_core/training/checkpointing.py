@@ -48,11 +48,39 @@ class RunCheckpointer:
         return path
 
 
+class ResumeMismatchError(ValueError):
+    """A checkpoint that does not belong to the run being resumed (another algorithm, population
+    size or environment)."""
+
+
+def check_resume_matches(saved: list[Any], current: list[Any]) -> None:
+    """Refuse to resume `current` (the population the manifest builds) from `saved` (the
+    checkpoint's) when their algorithm, population size or spaces differ, naming both values."""
+    problems = []
+    if type(saved[0]).__name__ != type(current[0]).__name__:
+        problems.append(f"algorithm: the checkpoint has {type(saved[0]).__name__}, "
+                        f"the manifest {type(current[0]).__name__}")
+    if len(saved) != len(current):
+        problems.append(f"population size: the checkpoint has {len(saved)}, the manifest {len(current)}")
+    for name in ("observation_space", "action_space", "observation_spaces", "action_spaces"):
+        before, now = getattr(saved[0], name, None), getattr(current[0], name, None)
+        if before is not None and now is not None and before != now:
+            problems.append(f"{name} (environment): the checkpoint has {before}, the manifest {now}")
+    if problems:
+        raise ResumeMismatchError("cannot resume: the checkpoint was saved by another run; " + "; ".join(problems))
+
+
 def resolve_run_checkpoint(path: str | Path) -> Path:
-    """A checkpoint directory, or the latest complete checkpoint inside a checkpoint folder."""
+    """A checkpoint directory, the latest complete checkpoint inside a checkpoint folder, or the
+    latest checkpoint of a run directory (its ``checkpoints`` folder)."""
     target = Path(path)
     if is_complete_checkpoint(target):
         return target
+    if (target / "checkpoints").is_dir() and not is_complete_checkpoint(target / "checkpoints"):
+        try:
+            return resolve_run_checkpoint(target / "checkpoints")
+        except CheckpointError:
+            pass
     if target.is_dir():
         numbered = CheckpointManager(target).latest()
         overwritten = CheckpointManager(target, overwrite=True).latest()

@@ -19,7 +19,7 @@ import numpy as np
 
 from agile_core.hpo.mutation import Mutations
 from agile_core.hpo.protocols import SelectionStrategy
-from agile_core.training.checkpointing import RunCheckpointer, resume_run
+from agile_core.training.checkpointing import RunCheckpointer, check_resume_matches, resume_run
 from agile_core.training.evolution import (
     EvolutionResult,
     evaluate_population,
@@ -156,6 +156,7 @@ class GenerationLoop:
 
         Returns the saved buffers (by name) for the paradigm to load into its memories."""
         run = resume_run(checkpoint, device=device)
+        check_resume_matches(run.agents, self.population)
         self.population = run.agents
         self.state = LoopState.from_dict(run.loop)
         if self.checkpointer is not None:

@@ -1,0 +1,43 @@
+"""Resuming: a run directory finds its latest checkpoint, and a checkpoint of another run
+(algorithm, population size, spaces) is refused with both values named (exit 2)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agile_cli.main import main
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "training"
+DQN = ["--set", "training.evo_steps=256", "--set", "training.learning_delay=64", "--set", "training.eval_steps=50",
+       "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def dqn_run(tmp_path_factory) -> Path:
+    run = tmp_path_factory.mktemp("resume") / "dqn"
+    assert main(["train", str(CONFIGS / "dqn_cartpole.yaml"), *DQN, "--set", "training.max_steps=512",
+                 "--set", "training.pop_size=2", "--checkpoint-steps", "256", "--run-dir", str(run)]) == 0
+    return run
+
+
+def test_resume_from_a_run_directory_continues_its_latest_checkpoint(dqn_run, tmp_path):
+    args = ["train", str(CONFIGS / "dqn_cartpole.yaml"), *DQN, "--set", "training.max_steps=768",
+            "--set", "training.pop_size=2", "--run-dir", str(tmp_path / "more"), "--resume-from-checkpoint", str(dqn_run)]
+    assert main(args) == 0
+
+
+@pytest.mark.parametrize(("manifest", "sets", "expected"), [
+    ("dqn_cartpole.yaml", ["--set", "training.pop_size=3"], "population size: the checkpoint has 2, the manifest 3"),
+    ("ppo_cartpole.yaml", ["--set", "training.pop_size=2", "--set", "training.evo_steps=2048"],
+     "algorithm: the checkpoint has DQN, the manifest PPO"),
+    ("dqn_cartpole.yaml", ["--set", "training.pop_size=2", "--set", "environment.name=Acrobot-v1"],
+     "observation_space (environment): the checkpoint has Box("),
+], ids=["pop-size", "algorithm", "environment"])
+def test_resume_with_another_runs_checkpoint_is_refused(dqn_run, tmp_path, capsys, manifest, sets, expected):
+    args = ["train", str(CONFIGS / manifest), "--set", "training.max_steps=10000", *sets, "--quiet",
+            "--run-dir", str(tmp_path / "other"), "--resume-from-checkpoint", str(dqn_run)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "cannot resume" in err and expected in err and "Traceback" not in err
