@@ -52,10 +52,19 @@ class ManifestIssue:
     message: str
     value: Any = field(default=_MISSING, compare=False)
     line: int | None = None
+    column: int | None = None
+    origin: str | None = None
+    """Where the value came from when not from the file, e.g. `--set training.pop_size=-1`."""
 
     def format(self, filename: str = "<manifest>") -> str:
-        """`FILE:LINE: dotted.path: message (got VALUE)`, the value hidden for secrets."""
-        where = f"{filename}:{self.line}" if self.line else filename
+        """`FILE:LINE: dotted.path: message (got VALUE)`, the value hidden for secrets; `FILE:LINE:COLUMN`
+        when the column is known, and the `--set` argument in place of `FILE:LINE` for overrides."""
+        if self.origin:
+            where = self.origin
+        elif self.line:
+            where = f"{filename}:{self.line}" + (f":{self.column}" if self.column else "")
+        else:
+            where = filename
         text = f"{where}: {dotted(self.path)}: {self.message}" if self.path else f"{where}: {self.message}"
         if self.value is not _MISSING:
             shown = "'***'" if is_secret_path(self.path) else _show(self.value)
@@ -65,6 +74,10 @@ class ManifestIssue:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-friendly form (for `agile validate --json`)."""
         out: dict[str, Any] = {"path": dotted(self.path), "line": self.line, "message": self.message}
+        if self.column:
+            out["column"] = self.column
+        if self.origin:
+            out["origin"] = self.origin
         if self.value is not _MISSING:
             out["got"] = "***" if is_secret_path(self.path) else _show(self.value)
         return out
