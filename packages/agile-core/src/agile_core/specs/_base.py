@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+import types
+import typing
+from typing import Any, get_args, get_origin
+
+from pydantic import BaseModel, ConfigDict, model_validator
 from pydantic_core import PydanticCustomError
 
 
 class Spec(BaseModel):
-    """Base class of every manifest section: strict about unknown keys, validated on assignment."""
+    """Base class of every manifest section: strict about unknown keys, validated on assignment;
+    floats must be finite and integers may not be given as booleans."""
 
     model_config = ConfigDict(
         extra="forbid",
@@ -15,7 +20,29 @@ class Spec(BaseModel):
         populate_by_name=True,
         use_attribute_docstrings=True,
         protected_namespaces=(),
+        allow_inf_nan=False,
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_booleans_for_numbers(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for name, value in data.items():
+                info = cls.model_fields.get(name) if isinstance(name, str) else None
+                if isinstance(value, bool) and info is not None and _takes_number_not_bool(info.annotation):
+                    raise field_error(name, "must be a number, not a boolean")
+        return data
+
+
+def _takes_number_not_bool(annotation: Any) -> bool:
+    """Whether a field accepts int or float but not bool (so True would silently become 1)."""
+    origin = get_origin(annotation)
+    if origin is typing.Annotated:
+        return _takes_number_not_bool(get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        args = [arg for arg in get_args(annotation) if arg is not type(None)]
+        return bool(args) and bool not in args and any(_takes_number_not_bool(arg) for arg in args)
+    return annotation in (int, float)
 
 
 def field_error(field: str, message: str) -> PydanticCustomError:

@@ -35,7 +35,7 @@ class EnvSpec(Spec):
 
     name: str = Field(min_length=1)
     """Environment id (a registered id, or the name of a custom environment)."""
-    num_envs: Annotated[int, Field(ge=1)] = 16
+    num_envs: Annotated[int, Field(ge=1, le=65_536)] = 16
     """Sub-environments each agent steps in parallel (one vector environment per agent)."""
 
 

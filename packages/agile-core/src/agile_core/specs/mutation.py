@@ -79,5 +79,5 @@ class MutationSpec(Spec):
     of the chosen algorithm."""
     mutation_sd: Annotated[float, Field(ge=0.0)] = 0.1
     """Standard deviation of the parameter-noise mutation, relative to each weight's scale."""
-    rand_seed: int | None = None
+    rand_seed: Annotated[int, Field(ge=0, le=2**32 - 1)] | None = None
     """Seed of the mutation random generator, so the sequence of mutations is reproducible."""

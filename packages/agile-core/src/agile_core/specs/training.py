@@ -8,6 +8,10 @@ from pydantic import AliasChoices, Field, model_validator
 
 from agile_core.specs._base import Spec, field_error
 
+MAX_SEED = 2**32 - 1
+"""Largest seed: every generator (numpy, torch, Gymnasium) takes seeds in [0, 2**32)."""
+MAX_POPULATION = 4096
+"""Largest population: a sanity bound, far above what one machine trains."""
 PositiveInt = Annotated[int, Field(ge=1)]
 Probability = Annotated[float, Field(ge=0.0, le=1.0)]
 
@@ -22,7 +26,7 @@ class NStepBufferArgs(Spec):
 class PerBufferArgs(Spec):
     """Settings of the prioritized experience replay (PER) buffer."""
 
-    alpha: Annotated[float, Field(ge=0.0)] = 0.6
+    alpha: Annotated[float, Field(ge=0.0, le=1.0)] = 0.6
     """Priority exponent: 0 samples uniformly, 1 fully proportionally to |TD error|."""
 
 
@@ -78,7 +82,8 @@ class TrainingSpec(Spec):
     """Environment steps each agent takes (summed over its vector sub-environments)."""
     evo_steps: PositiveInt | None = None
     """Steps each agent takes between evolutions (paradigm default when null: 10,000 for RL)."""
-    pop_size: PositiveInt = Field(default=1, validation_alias=AliasChoices("pop_size", "population_size"))
+    pop_size: Annotated[int, Field(ge=1, le=MAX_POPULATION)] = Field(
+        default=1, validation_alias=AliasChoices("pop_size", "population_size"))
     """Number of agents in the population (alias: `population_size`)."""
     eval_steps: PositiveInt | None = None
     """Step limit of each evaluation episode (until the episode ends when null)."""
@@ -116,7 +121,7 @@ class TrainingSpec(Spec):
     """Steps between progress reports and metric flushes."""
     experience_sharing: bool = False
     """Share experience between the agents of the population (single replay buffer)."""
-    seed: int | None = None
+    seed: Annotated[int, Field(ge=0, le=MAX_SEED)] | None = None
     """Seed for environments, networks and sampling; runs with the same seed repeat (agile addition)."""
     batch_population: bool = True
     """Step the whole population in one vector env and run agents that share an architecture as

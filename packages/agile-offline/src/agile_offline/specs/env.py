@@ -14,7 +14,7 @@ class OfflineEnvSpec(GymEnvSpec):
     """A Gymnasium environment to evaluate in, and the dataset to learn from: exactly one of
     `minari_dataset_id` (a local Minari dataset) or `dataset_path` (an HDF5 file)."""
 
-    num_envs: int = Field(default=8, ge=1)
+    num_envs: int = Field(default=8, ge=1, le=65_536)
     """Sub-environments of the evaluation env."""
     minari_dataset_id: str | None = Field(default=None, min_length=1)
     """Id of a Minari dataset already in the local Minari data path (nothing is downloaded)."""

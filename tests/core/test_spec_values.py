@@ -1,0 +1,40 @@
+"""Values are checked where they are defined, so `agile validate` catches what training would
+reject: non-finite floats, booleans for numbers, probabilities, seeds and sizes out of range."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from agile_core.errors import ManifestError
+from agile_core.specs.manifest import TrainingManifest
+
+BASE = {"algorithm": {"name": "DQN"}, "environment": {"name": "CartPole-v1"}}
+
+
+@pytest.mark.parametrize(("section", "field", "value", "message"), [
+    ("algorithm", "lr", float("inf"), "algorithm.lr: input should be a finite number"),
+    ("mutation", "mutation_sd", float("inf"), "mutation.mutation_sd: input should be a finite number"),
+    ("training", "target_score", float("nan"), "training.target_score: input should be a finite number"),
+    ("algorithm", "batch_size", True, "algorithm.batch_size: must be a number, not a boolean"),
+    ("training", "max_steps", False, "training.max_steps: must be a number, not a boolean"),
+    ("training", "seed", 2**70, "training.seed: input should be less than or equal to 4294967295"),
+    ("training", "seed", -1, "training.seed: input should be greater than or equal to 0"),
+    ("mutation", "rand_seed", -5, "mutation.rand_seed: input should be greater than or equal to 0"),
+    ("training", "pop_size", 100_000_000, "training.pop_size: input should be less than or equal to 4096"),
+    ("environment", "num_envs", 10**9, "environment.num_envs: input should be less than or equal to 65536"),
+    ("replay_buffer", "per_buffer_args", {"alpha": 1.5}, "replay_buffer.per_buffer_args.alpha"),
+], ids=lambda value: str(value)[:24])
+def test_bad_values_are_refused_with_their_path(section, field, value, message):
+    data = copy.deepcopy(BASE)
+    data.setdefault(section, {})[field] = value
+    with pytest.raises(ManifestError) as caught:
+        TrainingManifest.get_validated(data)
+    assert message in str(caught.value)
+
+
+def test_booleans_stay_valid_for_boolean_fields():
+    data = copy.deepcopy(BASE)
+    data["algorithm"]["double"] = False
+    assert TrainingManifest.get_validated(data).algorithm.double is False
