@@ -38,3 +38,9 @@ def test_booleans_stay_valid_for_boolean_fields():
     data = copy.deepcopy(BASE)
     data["algorithm"]["double"] = False
     assert TrainingManifest.get_validated(data).algorithm.double is False
+
+
+def test_distribution_support_must_be_ordered():
+    data = {"algorithm": {"name": "RainbowDQN", "v_min": 5.0, "v_max": 1.0}, "environment": {"name": "CartPole-v1"}}
+    with pytest.raises(ManifestError, match=r"algorithm\.v_max: must be greater than v_min \(5\.0\)"):
+        TrainingManifest.get_validated(data)

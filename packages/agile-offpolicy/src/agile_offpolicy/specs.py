@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
+from agile_core.specs._base import field_error
 from agile_core.specs.algorithm import AlgorithmSpec
 
 PositiveInt = Annotated[int, Field(ge=1)]
@@ -68,6 +69,12 @@ class RainbowDQNSpec(_OffPolicySpec):
     """Add the 1-step and n-step losses instead of using the n-step loss alone."""
 
     algorithm_class: ClassVar[str] = "agile_offpolicy.rainbow:RainbowDQN"
+
+    @model_validator(mode="after")
+    def _support_ordered(self) -> RainbowDQNSpec:
+        if not self.v_min < self.v_max:
+            raise field_error("v_max", f"must be greater than v_min ({self.v_min})")
+        return self
 
 
 class DDPGSpec(_OffPolicySpec):
