@@ -107,7 +107,10 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None) -> list[Pat
 
     matplotlib.use("Agg")
     out = Path(out_dir) if out_dir is not None else Path(run_dir) / "plots"
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RunDirError(f"cannot write the figures to {out}: {exc.strerror or exc}") from None
     paths = [out / name for name in FIGURES]
     for draw, path in zip((plot_fitness, plot_hyperparameters, plot_lineage), paths, strict=True):
         draw(history, path)

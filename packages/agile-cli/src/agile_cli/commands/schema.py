@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,11 @@ def run(args: argparse.Namespace) -> int:
 
     text = json.dumps(manifest_json_schema(), indent=2)
     if args.output:
-        Path(args.output).write_text(text + "\n", encoding="utf-8")
+        try:
+            Path(args.output).write_text(text + "\n", encoding="utf-8")
+        except OSError as exc:
+            print(f"agile schema: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
     else:
         print(text)
     return 0

@@ -106,8 +106,12 @@ def run(args: argparse.Namespace) -> int:
     if args.wandb_api_key:
         _hide_from_argv(args.wandb_api_key)
     run_dir = _run_dir(args)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "manifest.resolved.json").write_text(manifest.to_json() + "\n", encoding="utf-8")
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "manifest.resolved.json").write_text(manifest.to_json() + "\n", encoding="utf-8")
+    except OSError as exc:
+        print(f"agile train: cannot use run directory {run_dir}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_USAGE
     checkpoint_path = args.checkpoint_path or str(run_dir / "checkpoints")
     elite_path = args.elite_path or str(run_dir / "elite")
     from agile_core.training.checkpointing import ResumeMismatchError

@@ -1,5 +1,6 @@
-"""Resuming: a run directory finds its latest checkpoint, and a checkpoint of another run
-(algorithm, population size, spaces) is refused with both values named (exit 2)."""
+"""CLI input: resuming from a run directory finds its latest checkpoint, a checkpoint of another run
+(algorithm, population size, spaces) is refused naming both values, and unwritable output paths
+exit 2 cleanly."""
 
 from __future__ import annotations
 
@@ -41,3 +42,20 @@ def test_resume_with_another_runs_checkpoint_is_refused(dqn_run, tmp_path, capsy
     assert main(args) == 2
     err = capsys.readouterr().err
     assert "cannot resume" in err and expected in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("args", [
+    ["train", str(CONFIGS / "ppo_cartpole.yaml"), "--run-dir", "/proc/no-such/run"],
+    ["schema", "-o", "/proc/no-such/schema.json"],
+], ids=["train-run-dir", "schema-out"])
+def test_unwritable_output_paths_exit_2_cleanly(args, capsys):
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "cannot" in err and "Traceback" not in err
+
+
+def test_plot_into_an_unusable_folder_exits_2(dqn_run, tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert main(["plot", str(dqn_run), "--out", str(blocker / "plots")]) == 2
+    assert "cannot write the figures" in capsys.readouterr().err
