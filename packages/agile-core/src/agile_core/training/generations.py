@@ -253,7 +253,7 @@ class GenerationLoop:
 
     def _interrupt(self) -> None:
         target = self.checkpointer if self.checkpointer is not None and self.checkpointer.manager is not None \
-            else RunCheckpointer(self.interrupt_path or "checkpoints")
+            else RunCheckpointer(self.interrupt_path or "checkpoints", save_buffers=self.buffers is not None)
         path = self.save(target)
         self.reporter.close()
         raise TrainingInterrupted(path, self.global_steps)
