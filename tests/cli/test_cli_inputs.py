@@ -59,3 +59,18 @@ def test_plot_into_an_unusable_folder_exits_2(dqn_run, tmp_path, capsys):
     blocker.write_text("")
     assert main(["plot", str(dqn_run), "--out", str(blocker / "plots")]) == 2
     assert "cannot write the figures" in capsys.readouterr().err
+
+
+def test_a_truncated_checkpoint_file_is_named(dqn_run, tmp_path, capsys):
+    import shutil
+
+    latest = sorted((dqn_run / "checkpoints").iterdir())[-1]
+    damaged = tmp_path / latest.name
+    shutil.copytree(latest, damaged)
+    weights = damaged / "agent_0.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    args = ["train", str(CONFIGS / "dqn_cartpole.yaml"), "--set", "training.max_steps=10000", "--set",
+            "training.pop_size=2", "--quiet", "--run-dir", str(tmp_path / "r"), "--resume-from-checkpoint", str(damaged)]
+    assert main(args) != 0
+    err = capsys.readouterr().err
+    assert "agent_0.safetensors" in err and "no complete checkpoint" not in err

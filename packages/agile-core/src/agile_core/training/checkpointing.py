@@ -11,7 +11,7 @@ from agile_core.algorithms.persistence import (
     load_population,
     population_state,
 )
-from agile_core.checkpoint import CheckpointError, CheckpointManager, is_complete_checkpoint
+from agile_core.checkpoint import CheckpointError, CheckpointManager, inspect_checkpoint, is_complete_checkpoint
 
 
 class RunCheckpointer:
@@ -76,6 +76,8 @@ def resolve_run_checkpoint(path: str | Path) -> Path:
     target = Path(path)
     if is_complete_checkpoint(target):
         return target
+    if (target / "manifest.json").is_file():  # a checkpoint itself, but damaged: say what is wrong
+        inspect_checkpoint(target)
     if (target / "checkpoints").is_dir() and not is_complete_checkpoint(target / "checkpoints"):
         try:
             return resolve_run_checkpoint(target / "checkpoints")
