@@ -11,7 +11,12 @@ from agile_core.algorithms.persistence import (
     load_population,
     population_state,
 )
-from agile_core.checkpoint import CheckpointError, CheckpointManager, inspect_checkpoint, is_complete_checkpoint
+from agile_core.checkpoint import (
+    CheckpointError,
+    CheckpointManager,
+    inspect_checkpoint,
+    is_complete_checkpoint,
+)
 
 
 class RunCheckpointer:
