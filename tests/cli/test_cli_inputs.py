@@ -74,3 +74,17 @@ def test_a_truncated_checkpoint_file_is_named(dqn_run, tmp_path, capsys):
     assert main(args) != 0
     err = capsys.readouterr().err
     assert "agent_0.safetensors" in err and "no complete checkpoint" not in err
+
+
+def test_checkpoint_steps_below_one_is_refused(capsys):
+    assert main(["train", str(CONFIGS / "ppo_cartpole.yaml"), "--checkpoint-steps", "0"]) == 2
+    assert "expected an integer >= 1, got 0" in capsys.readouterr().err
+
+
+def test_the_manifests_checkpoint_path_is_honoured(tmp_path):
+    where = tmp_path / "my-checkpoints"
+    args = ["train", str(CONFIGS / "dqn_cartpole.yaml"), *DQN, "--set", "training.max_steps=256", "--set",
+            "training.pop_size=1", "--set", f"training.checkpoint_path={where}", "--set", "training.checkpoint_steps=256",
+            "--run-dir", str(tmp_path / "run")]
+    assert main(args) == 0
+    assert any(where.iterdir()) and not (tmp_path / "run" / "checkpoints").exists()

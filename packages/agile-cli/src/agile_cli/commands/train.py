@@ -33,7 +33,8 @@ def register(sub: Any) -> None:
     parser.add_argument("--wandb-api-key", metavar="KEY", help="W&B API key (default: $WANDB_API_KEY)")
     parser.add_argument("--tensorboard", action="store_true", help="log to TensorBoard")
     parser.add_argument("--tensorboard-log-dir", metavar="DIR", help="TensorBoard directory (default: RUN_DIR/tensorboard)")
-    parser.add_argument("--checkpoint-steps", type=int, metavar="N", help="checkpoint every N steps per agent")
+    parser.add_argument("--checkpoint-steps", type=_positive_int, metavar="N",
+                        help="checkpoint every N steps per agent (N >= 1)")
     parser.add_argument("--checkpoint-path", metavar="DIR", help="checkpoint folder (default: RUN_DIR/checkpoints)")
     parser.add_argument("--overwrite-checkpoints", action="store_true", help="keep only the latest checkpoint")
     parser.add_argument("--resume-from-checkpoint", metavar="PATH", help="continue an interrupted run")
@@ -112,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"agile train: cannot use run directory {run_dir}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_USAGE
-    checkpoint_path = args.checkpoint_path or str(run_dir / "checkpoints")
+    checkpoint_path = args.checkpoint_path or manifest.training.checkpoint_path or str(run_dir / "checkpoints")
     elite_path = args.elite_path or str(run_dir / "elite")
     from agile_core.training.checkpointing import ResumeMismatchError
     from agile_core.training.interrupt import TrainingInterrupted
@@ -198,3 +199,14 @@ def build_summary(population: list[Any], fitnesses: list[float], manifest: Any, 
 def _hide_from_argv(secret: str) -> None:
     """Replace `secret` in ``sys.argv`` (W&B records the command line in its run files)."""
     sys.argv[:] = [arg.replace(secret, "***") for arg in sys.argv]
+
+
+def _positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
