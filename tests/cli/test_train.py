@@ -34,6 +34,8 @@ def test_train_writes_run_directory_and_summary(tmp_path):
                    "--save-elite")
     assert result.returncode == 0, result.stderr
     assert f"run directory: {tmp_path / 'run'}" in result.stdout
+    assert "stopped: step budget spent (2048 steps per agent)" in result.stdout
+    assert f"elite saved to {tmp_path / 'run' / 'elite'}" in result.stdout
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert len(summary["agents"]) == 2  # the --set override took effect
     assert {"agents", "total_steps", "wall_time_s", "steps_per_second", "elite_id", "target_reached",

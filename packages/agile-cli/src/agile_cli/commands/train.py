@@ -167,6 +167,13 @@ def run(args: argparse.Namespace) -> int:
     print(f"run directory: {run_dir}\nsummary: {run_dir / 'summary.json'}\n"
           f"best fitness {max(fitnesses):.2f} (agent {summary['elite_id']}), "
           f"{summary['total_steps']} steps at {summary['steps_per_second']:.0f} steps/s")
+    if summary.get("target_reached"):
+        print(f"stopped: target score {manifest.training.target_score} reached at step "
+              f"{summary.get('target_reached_at_step')}")
+    else:
+        print(f"stopped: step budget spent ({manifest.training.max_steps} steps per agent)")
+    if args.save_elite:
+        print(f"elite saved to {elite_path}")
     return EXIT_OK
 
 
