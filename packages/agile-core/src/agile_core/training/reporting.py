@@ -112,7 +112,8 @@ class TrainingReporter:
                                 resume_step=self.resume_step)
         if self.verbose:
             rows = [GenerationRow(a.index, f, a.hyperparameters(), a.mut) for a, f in zip(population, fitnesses, strict=True)]
-            print_generation_table(rows, generation=generation)
+            mutable = sorted(getattr(population[0], "hp_config", None) or {}) if population else []
+            print_generation_table(rows, generation=generation, hyperparameters=mutable)  # only what can change
         if evolution is not None:
             for child, parent in evolution.parents.items():
                 self.logger.log_lineage(global_steps, parent, child)
