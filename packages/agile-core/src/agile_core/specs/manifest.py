@@ -354,10 +354,12 @@ def _rl_hp_issues(data: dict[str, Any], out: dict[str, Any], spec_class: type[Al
 def _check_paths(manifest: TrainingManifest) -> list[ManifestIssue]:
     """Files the manifest names must exist (resolved against the manifest's folder)."""
     env = manifest.environment
-    path = getattr(env, "path", None)
-    if path is not None and not (manifest.base_dir / path).is_file():
-        return [ManifestIssue(("environment", "path"), f"file not found (looked in {manifest.base_dir})", path)]
-    return []
+    issues = []
+    for field in ("path", "features", "targets"):
+        path = getattr(env, field, None)
+        if isinstance(path, str) and not (manifest.base_dir / path).is_file():
+            issues.append(ManifestIssue(("environment", field), f"file not found (looked in {manifest.base_dir})", path))
+    return issues
 
 
 def _unknown_key_message(key: str, allowed: list[str]) -> str:

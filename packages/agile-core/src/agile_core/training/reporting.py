@@ -222,6 +222,7 @@ def generation_record(global_steps: int, generation: int, population: Sequence[A
                                 for k, v in agent.hyperparameters().items()
                                 if isinstance(v, int | float | str | bool) or v is None},
             "steps": int(getattr(agent, "steps", 0)),
+            **_agent_metrics(agent),
         })
     scored = [(f, a["id"]) for f, a in zip(fitnesses, agents, strict=True) if not math.isnan(f)]
     return {"generation": int(generation), "step": int(global_steps), "time": round(time.time(), 3),
@@ -243,3 +244,12 @@ def _finite(value: float) -> float | None:
 
 def _numeric(params: Mapping[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in params.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+
+
+def _agent_metrics(agent: Any) -> dict[str, Any]:
+    """``{"metrics": {...}}`` from an agent's ``generation_metrics()`` (e.g. a bandit's regret),
+    finite numbers only; nothing for agents without it."""
+    metrics = getattr(agent, "generation_metrics", None)
+    if metrics is None:
+        return {}
+    return {"metrics": {str(k): _finite(float(v)) for k, v in dict(metrics()).items()}}

@@ -1,0 +1,46 @@
+"""Trainer hooks of the bandits paradigm: build the env of a ``BanditEnvSpec`` and the loop's
+extra arguments."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+from agile_core.specs.manifest import TrainingManifest
+from agile_offline.bandits.env import BanditDataError, BanditEnv
+from agile_offline.specs.bandits import BanditEnvSpec
+
+__all__ = ["loop_kwargs", "make_env"]
+
+
+def make_env(env_spec: BanditEnvSpec, base_dir: str | Path | None = None, seed: int | None = None,
+             num_envs: int | None = None) -> Any:
+    """The bandit env of `env_spec`: a ``BanditEnv`` from its `features`/`targets` CSV files
+    (relative to `base_dir`, the manifest's folder), or what its `entrypoint` returns when
+    called with its `config` (and ``seed`` when it takes one). `num_envs` must be 1 or None."""
+    if num_envs not in (None, 1):
+        raise ValueError(f"bandit envs are not vectorised: num_envs must be 1, got {num_envs}")
+    root = Path(base_dir) if base_dir is not None else Path.cwd()
+    if env_spec.entrypoint is not None:
+        module_name, _, attr = env_spec.entrypoint.partition(":")
+        try:
+            target: Any = importlib.import_module(module_name)
+            for part in attr.split("."):
+                target = getattr(target, part)
+        except (ImportError, AttributeError) as error:
+            raise BanditDataError(f"environment.entrypoint {env_spec.entrypoint!r} cannot be loaded: {error}") from None
+        config = dict(env_spec.config)
+        if seed is not None and "seed" not in config:
+            try:
+                return target(**config, seed=seed)
+            except TypeError:
+                pass
+        return target(**config)
+    assert env_spec.features is not None and env_spec.targets is not None  # the spec checks this
+    return BanditEnv.from_csv(root / env_spec.features, root / env_spec.targets, seed=seed, name=env_spec.name)
+
+
+def loop_kwargs(manifest: TrainingManifest, env: Any, device: str) -> dict[str, Any]:
+    """``episode_steps`` from the manifest's training section."""
+    return {"episode_steps": int(getattr(manifest.training, "episode_steps", 500))}
