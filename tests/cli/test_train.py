@@ -84,6 +84,21 @@ def _with_offline_dataset(manifest: Path, folder: Path) -> Path:
     return copy
 
 
+def _with_tiny_llm(manifest: Path, folder: Path) -> tuple[Path, int]:
+    """An LLM manifest (its model under ``../llm/tiny``) copied into ``folder/training`` beside a
+    tiny model and data written there by ``configs/llm/make_tiny.py``, with a budget of 8 batches
+    per member; any other manifest as it is, with 1024 steps."""
+    if "../llm/tiny/" not in manifest.read_text():
+        return manifest, 1024
+    (folder / "training").mkdir()
+    copy = folder / "training" / manifest.name
+    copy.write_text(manifest.read_text())
+    made = subprocess.run([sys.executable, str(ROOT / "configs" / "llm" / "make_tiny.py"), str(folder / "llm" / "tiny")],
+                          capture_output=True, text=True, env=ENV, timeout=300)
+    assert made.returncode == 0, made.stderr
+    return copy, 8
+
+
 @pytest.mark.parametrize("manifest", MANIFESTS, ids=[m.name for m in MANIFESTS])
 def test_every_example_manifest_trains_with_a_tiny_budget(manifest, tmp_path):
     reason = _missing_env_dependency(manifest)
@@ -91,11 +106,14 @@ def test_every_example_manifest_trains_with_a_tiny_budget(manifest, tmp_path):
         pytest.skip(reason)
     run_dir = tmp_path / "run"
     manifest = _with_offline_dataset(manifest, tmp_path)
-    result = agile("train", str(manifest), *TINY_ANY, "--run-dir", str(run_dir))
+    manifest, steps = _with_tiny_llm(manifest, tmp_path)
+    budget = TINY_ANY if steps == 1024 else [*TINY_ANY, "--set", f"training.max_steps={steps}",
+                                             "--set", f"training.evo_steps={steps // 2}"]
+    result = agile("train", str(manifest), *budget, "--run-dir", str(run_dir))
     assert result.returncode == 0, result.stderr
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert len(summary["agents"]) == 2 and summary["total_steps"] >= 2048
-    assert all(agent["steps"] >= 1024 for agent in summary["agents"])
+    assert len(summary["agents"]) == 2 and summary["total_steps"] >= 2 * steps
+    assert all(agent["steps"] >= steps for agent in summary["agents"])
     assert (run_dir / "metrics.history.jsonl").read_text().count("\n") == 2  # two generations
 
 

@@ -1,0 +1,81 @@
+"""What `agile train` needs from an LLM dataset manifest: the dataset, the population on one
+shared base, and the loop call (core's trainer calls these hooks)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from agile_core.errors import ManifestError, ManifestIssue
+from agile_core.specs.manifest import TrainingManifest
+from agile_llm.data import DatasetEnv, DatasetError
+from agile_llm.models import BaseModelError, SharedBase
+from agile_llm.specs import FinetuningNetworkSpec, LLMDatasetEnvSpec
+from agile_llm.training import train_llm_dataset
+
+__all__ = ["make_env", "make_population", "train_loop"]
+
+
+def make_env(spec: LLMDatasetEnvSpec, base_dir: str | Path | None = None, seed: int | None = None,
+             num_envs: int | None = None) -> DatasetEnv:
+    """The dataset of the environment section, split but not yet tokenised (the population's
+    tokenizer binds it); a problem is a ManifestError on `environment.dataset`."""
+    try:
+        return DatasetEnv(spec.dataset, prompt_column=spec.prompt_column, response_column=spec.response_column,
+                          chosen_column=spec.chosen_column, rejected_column=spec.rejected_column,
+                          prompt_template=spec.prompt_template, test_fraction=spec.test_fraction,
+                          split_seed=spec.split_seed, base_dir=base_dir, name=spec.name)
+    except DatasetError as error:
+        raise ManifestError([ManifestIssue(("environment", "dataset"), str(error))]) from error
+
+
+def make_population(manifest: TrainingManifest, env: DatasetEnv, hp_config: Any, device: str) -> list[Any]:
+    """`pop_size` members of the manifest's algorithm on ONE shared base model, and the dataset
+    tokenised with its tokenizer."""
+    import importlib
+
+    network = manifest.network
+    if not isinstance(network, FinetuningNetworkSpec):
+        raise ManifestError([ManifestIssue(("network",), "LLM algorithms need a network section with "
+                                                         "pretrained_model_name_or_path")])
+    spec = manifest.algorithm
+    try:
+        base = SharedBase.get(network.pretrained_model_name_or_path, network.lora_config.model_dump(),
+                              dtype=network.dtype, device=device, base_dir=manifest.base_dir)
+    except BaseModelError as error:
+        raise ManifestError([ManifestIssue(("network", "pretrained_model_name_or_path"), str(error))]) from error
+    module_name, _, class_name = type(spec).algorithm_class.partition(":")
+    klass = getattr(importlib.import_module(module_name), class_name)
+    kwargs = dict(spec.hyperparameters())
+    if network.max_context_length is not None:
+        kwargs["max_length"] = network.max_context_length
+    seed = manifest.training.seed
+    population = [klass(base, index=i, hp_config=hp_config, device=device,
+                        seed=None if seed is None else seed + i, **kwargs)
+                  for i in range(manifest.training.pop_size)]
+    try:
+        env.bind(base.tokenizer, spec.name.lower(), population[0].max_length)
+    except DatasetError as error:
+        raise ManifestError([ManifestIssue(("environment", "dataset"), str(error))]) from error
+    return population
+
+
+def train_loop(env: DatasetEnv, env_name: str, algo: str, pop: list[Any], *, max_steps: int,
+               evo_steps: int | None = None, eval_steps: int | None = None, eval_loop: int = 1,
+               target: float | None = None, selection_strategy: Any = None, mutation: Any = None,
+               checkpoint: int | None = None, checkpoint_path: str | None = None,
+               overwrite_checkpoints: bool = False, save_elite: bool = False, elite_path: str | None = None,
+               wb: bool = False, tensorboard: bool = False, tensorboard_log_dir: str | None = None,
+               verbose: bool = True, wandb_api_key: str | None = None, wandb_kwargs: dict[str, Any] | None = None,
+               resume_from_checkpoint: str | None = None, seed: int | None = None, csv_path: str | None = None,
+               init_hp: dict[str, Any] | None = None, mut_p: dict[str, Any] | None = None) -> Any:
+    """The trainer's call, mapped onto :func:`train_llm_dataset` (`eval_steps` and `eval_loop`
+    do not apply: evaluation is one pass over the test split)."""
+    return train_llm_dataset(
+        pop, env, init_hp=init_hp, save_elite=save_elite, elite_path=elite_path, wb=wb, tensorboard=tensorboard,
+        tensorboard_log_dir=tensorboard_log_dir, csv=csv_path is not None, csv_log_dir=csv_path,
+        evo_steps=evo_steps, checkpoint_steps=checkpoint, checkpoint_path=checkpoint_path,
+        selection_strategy=selection_strategy, mutation=mutation, wandb_api_key=wandb_api_key,
+        wandb_kwargs=wandb_kwargs, verbose=verbose, max_steps=max_steps,
+        resume_from_checkpoint=resume_from_checkpoint, overwrite_checkpoints=overwrite_checkpoints,
+        target=target, seed=seed, mut_p=mut_p)

@@ -1,0 +1,188 @@
+"""`train_llm_dataset`: evolve a population of SFT or DPO members on a `DatasetEnv`.
+
+Built on core's :class:`~agile_core.training.generations.GenerationLoop` (reporting, periodic
+and Ctrl-C checkpoints, elite saving, resume). One training step is one learning step (one
+batch) of every member; a generation is ``evo_steps`` steps when evolution is on, else
+``evaluation_interval`` steps, and ends with every member's ``test`` on the held-out split
+(fitness: minus loss for SFT, preference accuracy for DPO), then selection and mutation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from agile_core.checkpoint import inspect_checkpoint
+from agile_core.hpo.mutation import Mutations
+from agile_core.hpo.protocols import SelectionStrategy
+from agile_core.training import resolve_selection_strategy
+from agile_core.training.arguments import positive_int
+from agile_core.training.checkpointing import resolve_run_checkpoint
+from agile_core.training.generations import GenerationLoop, PhaseResult
+from agile_core.training.population import record_losses
+from agile_core.training.profiling import PROFILER
+from agile_llm.algorithm import LoRAFinetuner, check_base
+from agile_llm.data import DatasetEnv
+
+__all__ = ["train_llm_dataset"]
+
+_KINDS = {"SFT": "sft", "DPO": "dpo"}
+
+
+def _kind(agent: Any) -> str:
+    for klass in type(agent).__mro__:
+        if klass.__name__ in _KINDS:
+            return _KINDS[klass.__name__]
+    raise TypeError(f"train_llm_dataset trains SFT or DPO agents, not {type(agent).__name__}")
+
+
+def learn_phase(population: list[Any], env: DatasetEnv, steps: int,
+                should_stop: Callable[[], bool]) -> list[PhaseResult]:
+    """Up to `steps` learning steps of every member (each on a batch drawn with its own
+    generator and batch size); stops early once `should_stop()`."""
+    results = [PhaseResult(vector_steps=0) for _ in population]
+    algorithm = type(population[0])
+    done = 0
+    while done < steps and not should_stop():
+        with PROFILER.sample:
+            batches = [env.sample(agent.batch_size, agent.rng) for agent in population]
+        with PROFILER.learn:
+            losses = algorithm.learn_members(population, batches)
+        for agent, result, loss in zip(population, results, losses, strict=True):
+            record_losses(result.losses, loss)
+            agent.steps += 1
+        done += 1
+    for result in results:
+        result.vector_steps = done
+    return results
+
+
+def check_resume_base(checkpoint: str | Path, pop: list[Any]) -> None:
+    """CheckpointError when the run saved at `checkpoint` was trained on another base model."""
+    metadata = inspect_checkpoint(resolve_run_checkpoint(checkpoint)).metadata
+    for saved in metadata.get("agents", []):
+        check_base(saved.get("extra") or {}, pop[0].base)
+
+
+def train_llm_dataset(
+    pop: list[Any],
+    env: DatasetEnv | None = None,
+    env_fn: Callable[[], DatasetEnv] | None = None,
+    init_hp: dict[str, Any] | None = None,
+    save_elite: bool | None = None,
+    elite_path: str | None = None,
+    wb: bool = False,
+    tensorboard: bool = False,
+    tensorboard_log_dir: str | None = None,
+    csv: bool = False,
+    csv_log_dir: str | None = None,
+    evo_steps: int | None = None,
+    checkpoint_steps: int | None = None,
+    checkpoint_path: str | None = None,
+    selection_strategy: SelectionStrategy | None = None,
+    tournament: SelectionStrategy | None = None,
+    mutation: Mutations | None = None,
+    wandb_api_key: str | None = None,
+    wandb_kwargs: dict[str, Any] | None = None,
+    evaluation_interval: int = 10,
+    verbose: bool = True,
+    max_steps: int | None = None,
+    num_epochs: int | None = None,
+    *,
+    resume_from_checkpoint: str | None = None,
+    overwrite_checkpoints: bool = False,
+    target: float | None = None,
+    seed: int | None = None,
+    mut_p: dict[str, Any] | None = None,
+) -> tuple[list[Any], list[float]]:
+    """Train a population of DPO or SFT agents over a :class:`DatasetEnv`.
+
+    Args:
+        pop: SFT or DPO agents (one algorithm), normally sharing one base model.
+        env: The dataset; tokenised here with the population's tokenizer when it is not yet.
+        env_fn: Factory of the dataset, called once when `env` is None (the dataset is
+            read-only, so every member shares it).
+        init_hp: Initial hyperparameters (logged).
+        save_elite: Save the best member after every evaluation to `elite_path`.
+        elite_path: Where the elite is saved (default ``elite``).
+        wb: Log to Weights & Biases.
+        tensorboard: Log to TensorBoard.
+        tensorboard_log_dir: TensorBoard directory.
+        csv: Write every metric to a CSV file.
+        csv_log_dir: The CSV file (default ``llm_metrics.csv``).
+        evo_steps: Learning steps per member between evolutions (selection and mutation need
+            it); it is then also the evaluation interval.
+        checkpoint_steps: Save a run checkpoint every this many steps per member (at the end of
+            a generation).
+        checkpoint_path: Checkpoint folder; falls back to `elite_path`, then ``checkpoints``.
+        selection_strategy: Selection after each evaluation (e.g. TournamentSelection).
+        tournament: Deprecated alias of `selection_strategy`.
+        mutation: Mutations after selection (hyperparameters only for LLMs).
+        wandb_api_key: W&B API key.
+        wandb_kwargs: Extra ``wandb.init`` arguments.
+        evaluation_interval: Learning steps between evaluations when `evo_steps` is None.
+        verbose: Progress bar and per-generation table.
+        max_steps: Learning steps per member for the run (default: one epoch).
+        num_epochs: Epochs of the training split (at the first member's batch size); takes
+            precedence over `max_steps`.
+        resume_from_checkpoint: Continue the run saved there (refused on another base model).
+        overwrite_checkpoints: Keep only the latest checkpoint.
+        target: Stop once every member's fitness reaches it.
+        seed: Seeds torch's global generator at the start (member sampling has its own seeds).
+        mut_p: Mutation parameters (logged).
+
+    Returns:
+        The population after its last evaluation and each member's fitness from it.
+    """
+    if not pop:
+        raise ValueError("pop must contain at least one agent")
+    kinds = {_kind(agent) for agent in pop}
+    if len(kinds) != 1 or len({type(agent) for agent in pop}) != 1:
+        raise ValueError("every member of pop must be of the same algorithm (SFT or DPO)")
+    kind = kinds.pop()
+    if not all(isinstance(agent, LoRAFinetuner) for agent in pop):
+        raise TypeError("train_llm_dataset trains agile_llm SFT or DPO agents")
+    if env is None:
+        if env_fn is None:
+            raise ValueError("give env (a DatasetEnv) or env_fn")
+        env = env_fn()
+    if env.tokenizer is None:
+        env.bind(pop[0].tokenizer, kind, pop[0].max_length)
+    elif env.kind != kind:
+        raise ValueError(f"the dataset was tokenised for {str(env.kind).upper()} but pop holds {kind.upper()} agents")
+    selection = resolve_selection_strategy(selection_strategy, tournament)
+    if num_epochs is not None:
+        max_steps = positive_int("num_epochs", num_epochs) * env.steps_per_epoch(pop[0].batch_size)
+    elif max_steps is None:
+        max_steps = env.steps_per_epoch(pop[0].batch_size)
+    max_steps = positive_int("max_steps", max_steps)
+    generation = positive_int("evo_steps" if evo_steps is not None else "evaluation_interval",
+                              evo_steps if evo_steps is not None else evaluation_interval)
+    if resume_from_checkpoint is not None:
+        check_resume_base(resume_from_checkpoint, pop)
+    algo = type(pop[0]).__name__
+    config = {"algo": algo, "dataset": env.name, "population_size": len(pop), "max_steps": max_steps,
+              "evo_steps": generation, "init_hp": init_hp, "mut_p": mut_p, "train_rows": len(env.train),
+              "test_rows": len(env.test), "base_model": pop[0].base.reference}
+
+    def phase(slot: int, agent: Any, steps: int, should_stop: Callable[[], bool]) -> PhaseResult:
+        return learn_phase([agent], env, steps, should_stop)[0]
+
+    loop = GenerationLoop.create(
+        population=pop, env=env, phase=phase, algo=algo, env_name=env.name, config=config, max_steps=max_steps,
+        evo_steps=generation, eval_steps=None, eval_loop=1, target=target, selection=selection,
+        mutation=mutation, checkpoint=checkpoint_steps, checkpoint_path=checkpoint_path or elite_path,
+        overwrite_checkpoints=overwrite_checkpoints, save_elite=bool(save_elite), elite_path=elite_path, wb=wb,
+        tensorboard=tensorboard, tensorboard_log_dir=tensorboard_log_dir, verbose=verbose,
+        wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs,
+        csv_path=(csv_log_dir or "llm_metrics.csv") if csv else None, seed=seed)
+
+    def learn(agents: list[Any], steps: int, should_stop: Callable[[], bool]) -> list[PhaseResult]:
+        return learn_phase(agents, env, steps, should_stop)
+
+    def evaluate(agents: list[Any]) -> list[float]:
+        return [float(agent.test(env)) for agent in agents]
+
+    loop.batch_population(learn, evaluate, env, envs_per_agent=1)
+    return loop.train(resume_from_checkpoint)

@@ -1,0 +1,81 @@
+"""The LLM dataset paradigm: light import, registration, manifests, `agile train` end to end."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.llm.helpers import register
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = [ROOT / "configs" / "training" / "sft_tiny.yaml", ROOT / "configs" / "training" / "dpo_tiny.yaml"]
+
+
+def test_import_is_light() -> None:
+    code = ("import sys, agile_llm, agile_llm.plugin; "
+            "print(sorted(m for m in ('torch', 'vllm', 'transformers', 'peft') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_examples_validate_and_sections_are_documented() -> None:
+    register()
+    from agile_core.specs.manifest import TrainingManifest
+    from agile_llm.specs import (
+        DPOSpec,
+        FinetuningNetworkSpec,
+        LLMDatasetEnvSpec,
+        LoraConfigSpec,
+        SFTSpec,
+    )
+
+    for path in EXAMPLES:
+        manifest = TrainingManifest.get_validated(path)
+        assert isinstance(manifest.network, FinetuningNetworkSpec)
+        assert isinstance(manifest.environment, LLMDatasetEnvSpec)
+    for spec in (DPOSpec, SFTSpec, FinetuningNetworkSpec, LLMDatasetEnvSpec, LoraConfigSpec):
+        assert all(info.description for info in spec.model_fields.values()), spec.__name__
+
+
+@pytest.mark.parametrize(("override", "where"), [
+    ({"environment": {"dataset": "x.jsonl", "prompt_template": "Q:"}}, "prompt_template"),
+    ({"network": {"pretrained_model_name_or_path": "m", "lora_config": {"rank": 4}}}, "rank"),
+    ({"algorithm": {"name": "DPO", "beta": -1}}, "beta"),
+])
+def test_bad_fields_are_reported_with_their_path(override: dict, where: str) -> None:
+    register()
+    from pydantic import ValidationError
+
+    from agile_core.errors import ManifestError
+    from agile_core.specs.manifest import TrainingManifest
+
+    data = {"algorithm": {"name": "SFT"}, "environment": {"dataset": "x.jsonl"},
+            "network": {"pretrained_model_name_or_path": "m"}}
+    data.update(override)
+    with pytest.raises((ManifestError, ValidationError), match=where):
+        TrainingManifest.get_validated(data)
+
+
+def test_agile_train_runs_the_examples(tmp_path: Path) -> None:
+    register()
+    from agile_cli.main import main
+    from agile_llm.tiny import write_tiny
+
+    tiny_dir = write_tiny(tmp_path / "llm" / "tiny")
+    for example in EXAMPLES:
+        shutil.copy(example, tmp_path / "training.yaml")
+        (tmp_path / "training.yaml").write_text(
+            example.read_text().replace("../llm/tiny", str(tiny_dir)))
+        run_dir = tmp_path / example.stem
+        argv = ["train", str(tmp_path / "training.yaml"), "--run-dir", str(run_dir), "--quiet",
+                "--set", "training.max_steps=4", "--set", "training.evo_steps=2", "--checkpoint-steps", "2"]
+        assert main(argv) == 0
+        assert (run_dir / "summary.json").is_file()
+        checkpoints = sorted((run_dir / "checkpoints").glob("checkpoint_*"))
+        assert checkpoints
+        assert main([*argv, "--run-dir", str(run_dir) + "-resumed", "--resume-from-checkpoint",
+                     str(checkpoints[0])]) == 0
