@@ -2,8 +2,8 @@
 example manifests (population of 4, tournament selection with elitism, mutations on).
 
 Every member's regret over its last 500 training steps must be at most half of a uniformly
-random policy's over 500 steps (measured here: about 333, i.e. 2/3 per step). The seed is drawn
-afresh each run (set ``AGILE_BANDIT_SEED`` to repeat one); seeds 0-7 measured in
+random policy's over 500 steps (measured here: about 333, i.e. 2/3 per step). CI runs seed 0, so
+a failure repeats; ``AGILE_BANDIT_SEED`` runs another. Seeds 0-7 measured in
 docs/paradigms/bandits.md all passed (worst member: NeuralUCB 18, NeuralTS 117 of about 166).
 """
 
@@ -38,7 +38,7 @@ def _random_regret(manifest: TrainingManifest, seed: int, windows: int = 40) -> 
 @pytest.mark.parametrize("manifest_name", ["neural_ucb_iris.yaml", "neural_ts_iris.yaml"])
 def test_population_beats_half_the_random_regret(manifest_name: str) -> None:
     torch.set_num_threads(1)
-    seed = int(os.environ.get("AGILE_BANDIT_SEED", int.from_bytes(os.urandom(2), "little")))
+    seed = int(os.environ.get("AGILE_BANDIT_SEED", "0"))
     manifest = TrainingManifest.get_validated(CONFIGS / manifest_name)
     data = manifest.model_dump(mode="json", exclude_none=True)
     data["training"]["seed"] = seed
