@@ -88,3 +88,31 @@ def test_the_manifests_checkpoint_path_is_honoured(tmp_path):
             "--run-dir", str(tmp_path / "run")]
     assert main(args) == 0
     assert any(where.iterdir()) and not (tmp_path / "run" / "checkpoints").exists()
+
+
+@pytest.mark.parametrize(("under_uv", "start"), [(True, "uv run agile train"), (False, "agile train")])
+def test_the_resume_hint_starts_the_way_the_run_was_started(monkeypatch, tmp_path, under_uv, start):
+    from agile_cli.commands.train import _resume_hint
+    from agile_cli.main import build_parser
+    from agile_core.training.interrupt import TrainingInterrupted
+
+    if under_uv:
+        monkeypatch.setenv("UV_RUN_RECURSION_DEPTH", "1")
+    else:
+        monkeypatch.delenv("UV_RUN_RECURSION_DEPTH", raising=False)
+    args = build_parser().parse_args(["train", "m.yaml", "--set", "training.pop_size=2"])
+    hint = _resume_hint(TrainingInterrupted(tmp_path / "ckpt", 10), args, tmp_path / "run")
+    assert hint.startswith(start + " m.yaml --set training.pop_size=2")
+    assert hint.endswith(f"--resume-from-checkpoint {tmp_path / 'ckpt'}")
+
+
+def test_evaluate_on_an_env_with_other_spaces_says_so(tmp_path, capsys):
+    import gymnasium as gym
+
+    from agile_offpolicy import DQN
+
+    env = gym.make("CartPole-v1")
+    DQN(env.observation_space, env.action_space, seed=0).save_checkpoint(tmp_path / "agent")
+    assert main(["evaluate", str(tmp_path / "agent"), "--env", "Acrobot-v1", "--episodes", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "the spaces of Acrobot-v1 do not match the agent's" in err and "Traceback" not in err

@@ -44,11 +44,31 @@ def make_env(agent: Any, env_id: str, config: dict[str, Any]) -> Any:
     return gym.make_vec(env_id, num_envs=1, vectorization_mode="sync", **config)
 
 
+class SpacesMismatchError(ValueError):
+    """The env's spaces are not the ones the agent was trained for."""
+
+
+def check_spaces_match(agent: Any, env: Any, env_id: str) -> None:
+    """Raise SpacesMismatchError naming both spaces when `env` does not fit `agent`."""
+    for name, env_name in (("observation_space", "single_observation_space"), ("action_space", "single_action_space"),
+                           ("observation_spaces", "single_observation_spaces"), ("action_spaces", "single_action_spaces")):
+        expected, actual = getattr(agent, name, None), getattr(env, env_name, None)
+        if expected is not None and actual is not None and expected != actual:
+            label = name.replace("_", " ")
+            raise SpacesMismatchError(f"the spaces of {env_id} do not match the agent's: its {label} is {actual}, "
+                                      f"the agent was trained on {expected}")
+
+
 def episode_returns(agent: Any, env_id: str, episodes: int, seed: int,
                     config: dict[str, Any] | None = None) -> list[float]:
     """`episodes` greedy episodes, one at a time, through the agent's own `test` (so recurrent
     and continuous agents evaluate exactly as in training)."""
     env = make_env(agent, env_id, config or {})
+    try:
+        check_spaces_match(agent, env, env_id)
+    except SpacesMismatchError:
+        env.close()
+        raise
     env.reset(seed=seed)  # later resets continue this seeded stream: distinct, repeatable episodes
     try:
         return [float(agent.test(env, loop=1)) for _ in range(episodes)]
@@ -81,6 +101,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         returns = episode_returns(agent, args.env, args.episodes, args.seed, config)
+    except SpacesMismatchError as exc:
+        print(f"agile evaluate: {exc}", file=sys.stderr)
+        return 2
     except Exception as exc:
         print(f"agile evaluate: cannot run {args.env}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2

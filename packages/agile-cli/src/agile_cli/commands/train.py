@@ -76,7 +76,8 @@ def _resume_hint(exc: Any, args: argparse.Namespace, run_dir: Path) -> str:
 
     if exc.checkpoint_path is None:
         return str(exc.resume_hint(args.manifest))
-    words = ["agile", "train", args.manifest]
+    launcher = ["uv", "run"] if os.environ.get("UV_RUN_RECURSION_DEPTH") else []  # started by `uv run agile ...`
+    words = [*launcher, "agile", "train", args.manifest]
     for override in args.overrides:
         words += ["--set", override]
     for flag in ("seed", "device", "checkpoint_steps", "checkpoint_path", "elite_path", "tensorboard_log_dir"):
