@@ -164,3 +164,30 @@ def test_generation_history_file_semantics(tmp_path):
     assert len(path.read_text().splitlines()) == 1
     with pytest.raises(ValueError):
         GenerationHistory(tmp_path / "nan.jsonl").append({"fitness": float("nan")})
+
+
+def test_plot_of_a_long_run_summarises_the_lineage(tmp_path, capsys):
+    """500 generations of 8 agents: the lineage becomes one fitness image with elite and clone marks."""
+    import random
+
+    rng = random.Random(0)
+    ids, next_id, lines = list(range(8)), 8, []
+    for generation in range(1, 501):
+        agents = []
+        for slot in range(8):
+            cloned = generation > 1 and rng.random() < 0.3
+            parent = ids[rng.randrange(8)] if cloned else None
+            if cloned:
+                ids[slot], next_id = next_id, next_id + 1
+            agents.append({"slot": slot, "id": ids[slot], "parent_id": parent, "fitness": rng.random() * generation,
+                           "mutation": "lr" if cloned else "None", "operator": "rl_hp" if cloned else None,
+                           "hyperparameters": {"lr": 1e-3}, "steps": generation * 100})
+        elite = max(agents, key=lambda a: a["fitness"])["id"]
+        lines.append(json.dumps({"generation": generation, "step": generation * 800, "time": 0.0, "mutable": ["lr"],
+                                 "elite_id": elite, "agents": agents}))
+    folder = tmp_path / "long"
+    folder.mkdir()
+    (folder / "metrics.history.jsonl").write_text("\n".join(lines) + "\n")
+    assert main(["plot", str(folder), "--out", str(tmp_path / "plots")]) == 0
+    lineage = tmp_path / "plots" / "lineage.png"
+    assert lineage.read_bytes().startswith(PNG_SIGNATURE) and lineage.stat().st_size < 2_000_000

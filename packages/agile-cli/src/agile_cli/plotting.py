@@ -145,6 +145,11 @@ def _trajectories(ax: Any, history: RunHistory, value: Any, jitter: float = 0.0)
     def x_of(generation: int, agent: dict[str, Any]) -> float:
         return generation + jitter * (int(agent.get("slot", 0)) - (slots - 1) / 2)
 
+    from matplotlib.collections import LineCollection
+
+    segments: dict[bool, list[Any]] = {True: [], False: []}
+    colours: dict[bool, list[Any]] = {True: [], False: []}
+    xs, ys, point_colours = [], [], []
     for position, record in enumerate(history.generations):
         for agent in record["agents"]:
             y = value(agent)
@@ -155,9 +160,21 @@ def _trajectories(ax: Any, history: RunHistory, value: Any, jitter: float = 0.0)
             link = history.predecessor(position, agent)
             if link is not None and value(link[0]) is not None:
                 x0 = x_of(history.generations[position - 1]["generation"], link[0])
-                ax.plot([x0, x], [value(link[0]), y], color=colour, alpha=0.55,
-                        linewidth=1.0, linestyle="-" if link[1] else "--", zorder=1)
-            ax.scatter([x], [y], color=colour, s=18, zorder=2)
+                segments[link[1]].append([(x0, value(link[0])), (x, y)])
+                colours[link[1]].append(colour)
+            xs.append(x)
+            ys.append(y)
+            point_colours.append(colour)
+    for kept, style in ((True, "solid"), (False, "dashed")):  # one artist per kind: fast at any length
+        if segments[kept]:
+            ax.add_collection(LineCollection(segments[kept], colors=colours[kept], linestyles=style, alpha=0.55,
+                                             linewidths=1.0, zorder=1))
+    ax.scatter(xs, ys, c=point_colours, s=18 if len(xs) <= 2_000 else 4, zorder=2)
+
+
+def _width(generations: int) -> float:
+    """Figure width in inches: grows with the run, capped so long runs stay one readable image."""
+    return min(max(8.0, 0.35 * generations), 16.0)
 
 
 def _slot_handles(history: RunHistory) -> list[Any]:
@@ -181,7 +198,7 @@ def plot_fitness(history: RunHistory, path: Path) -> None:
 
     gens = [r["generation"] for r in history.generations]
     fitness = [[a["fitness"] for a in r["agents"] if a.get("fitness") is not None] for r in history.generations]
-    fig, ax = plt.subplots(figsize=(max(8.0, 0.35 * len(gens)), 5.0), layout="constrained")
+    fig, ax = plt.subplots(figsize=(_width(len(gens)), 5.0), layout="constrained")
     _trajectories(ax, history, lambda agent: agent.get("fitness"))
     best = [max(f) if f else math.nan for f in fitness]
     mean = [sum(f) / len(f) if f else math.nan for f in fitness]
@@ -231,7 +248,7 @@ def plot_hyperparameters(history: RunHistory, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     names = hyperparameter_names(history)
-    width = max(8.0, 0.35 * len(history.generations))
+    width = _width(len(history.generations))
     fig, axes = plt.subplots(max(1, len(names)), 1, figsize=(width, 2.6 * max(1, len(names)) + 0.6),
                              sharex=True, squeeze=False, layout="constrained")
     if not names:
@@ -268,6 +285,9 @@ def plot_lineage(history: RunHistory, path: Path) -> None:
     from matplotlib.lines import Line2D
 
     gens = history.generations
+    if len(gens) > LINEAGE_DETAIL_LIMIT:
+        _plot_lineage_summary(history, path)
+        return
     slots = max((int(a.get("slot", 0)) for r in gens for a in r["agents"]), default=0) + 1
     fig, ax = plt.subplots(figsize=(min(max(8.0, 1.05 * len(gens) + 3), 40.0), max(4.0, 1.1 * slots + 2.2)),
                            layout="constrained")
@@ -318,6 +338,48 @@ def plot_lineage(history: RunHistory, path: Path) -> None:
         ax.set_xticks([r["generation"] for r in gens])
     ax.set_title(f"Lineage (node: agent id, colour: fitness): {history.name}")
     ax.grid(alpha=0.2)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+LINEAGE_DETAIL_LIMIT = 40
+"""Generations up to which the lineage is drawn node by node; longer runs get the summary view."""
+
+
+def _plot_lineage_summary(history: RunHistory, path: Path) -> None:
+    """The lineage of a long run as one image: fitness per slot and generation (colour), the
+    generation's elite (red dots) and each clone (white ticks), readable at any length."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    gens = history.generations
+    slots = max((int(a.get("slot", 0)) for r in gens for a in r["agents"]), default=0) + 1
+    fitness = np.full((slots, len(gens)), np.nan)
+    elite_x, elite_y, clone_x, clone_y = [], [], [], []
+    for position, record in enumerate(gens):
+        for agent in record["agents"]:
+            slot = int(agent.get("slot", 0))
+            if agent.get("fitness") is not None:
+                fitness[slot, position] = agent["fitness"]
+            if agent["id"] == record.get("elite_id"):
+                elite_x.append(record["generation"])
+                elite_y.append(slot)
+            link = history.predecessor(position, agent)
+            if link is not None and not link[1]:
+                clone_x.append(record["generation"])
+                clone_y.append(slot)
+    first, last = gens[0]["generation"], gens[-1]["generation"]
+    fig, ax = plt.subplots(figsize=(14.0, max(4.0, 0.35 * slots + 2.5)), layout="constrained")
+    image = ax.imshow(fitness, aspect="auto", interpolation="nearest", cmap="viridis",
+                      extent=(first - 0.5, last + 0.5, slots - 0.5, -0.5))
+    ax.scatter(clone_x, clone_y, marker="|", s=30, color="white", linewidths=0.8, label="cloned from another agent")
+    ax.scatter(elite_x, elite_y, marker="o", s=8, color="red", label="elite of the generation")
+    fig.colorbar(image, ax=ax, label="fitness")
+    fig.legend(loc="outside lower center", ncol=2, fontsize=8)
+    ax.set_xlabel("generation")
+    ax.set_ylabel("population slot")
+    ax.set_yticks(range(slots) if slots <= 32 else np.linspace(0, slots - 1, 9).round().astype(int))
+    ax.set_title(f"Lineage of {len(gens)} generations (colour: fitness): {history.name}")
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
