@@ -44,3 +44,10 @@ def test_distribution_support_must_be_ordered():
     data = {"algorithm": {"name": "RainbowDQN", "v_min": 5.0, "v_max": 1.0}, "environment": {"name": "CartPole-v1"}}
     with pytest.raises(ManifestError, match=r"algorithm\.v_max: must be greater than v_min \(5\.0\)"):
         TrainingManifest.get_validated(data)
+
+
+def test_resolved_manifest_json_hides_secret_like_values():
+    data = {"algorithm": {"name": "DQN"},
+            "environment": {"name": "CartPole-v1", "config": {"api_token": "SECRET-1", "max_episode_steps": 100}}}
+    text = TrainingManifest.get_validated(data).to_json()
+    assert "SECRET-1" not in text and '"api_token": "***"' in text and '"max_episode_steps": 100' in text

@@ -21,7 +21,13 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from agile_core.errors import _MISSING as _MISSING_VALUE
-from agile_core.errors import ManifestError, ManifestIssue, Path, issues_from_validation_error
+from agile_core.errors import (
+    ManifestError,
+    ManifestIssue,
+    Path,
+    is_secret_path,
+    issues_from_validation_error,
+)
 from agile_core.specs._base import Spec
 from agile_core.specs.algorithm import AlgorithmSpec
 from agile_core.specs.env import EnvSpec, GymEnvSpec
@@ -133,8 +139,9 @@ class TrainingManifest(Spec):
         return self.model_dump(mode="json", exclude_none=True)
 
     def to_json(self) -> str:
-        """The resolved manifest as JSON text."""
-        return json.dumps(self.to_dict(), indent=2)
+        """The resolved manifest as JSON text, values of secret-like keys (`*api_key*`, `*token*`,
+        `*secret*`, `*password*`...; e.g. inside an env's `config`) shown as "***"."""
+        return json.dumps(_redacted(self.to_dict()), indent=2, allow_nan=False)
 
 
 def validate_source(source: ManifestSource) -> TrainingManifest:
@@ -422,3 +429,13 @@ def _model_in(annotation: Any) -> Any:
             if found is not None:
                 return found
     return None
+
+
+def _redacted(value: Any, path: tuple[str, ...] = ()) -> Any:
+    """`value` with every value under a secret-like key replaced by "***"."""
+    if isinstance(value, dict):
+        return {key: "***" if is_secret_path((*path, str(key))) and item is not None else _redacted(item, (*path, str(key)))
+                for key, item in value.items()}
+    if isinstance(value, list):
+        return [_redacted(item, path) for item in value]
+    return value
