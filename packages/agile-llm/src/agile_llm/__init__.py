@@ -1,6 +1,7 @@
 """agile-llm: evolve populations of LoRA-finetuned language models that share one frozen base.
 
-This release trains on datasets: SFT and DPO (``train_llm_dataset`` over a ``DatasetEnv``).
+Datasets: SFT and DPO (``train_llm_dataset`` over a ``DatasetEnv``). Rollouts: GRPO
+(``train_llm_rollout`` over ``RolloutHarness`` environments).
 Public names load on first use (importing the package imports neither torch nor vllm)."""
 
 from agile_core.lazy import lazy_exports
@@ -22,6 +23,17 @@ _NAMES = {
     "LLMDatasetEnvSpec": "agile_llm.specs",
     "SFTSpec": "agile_llm.specs",
     "DPOSpec": "agile_llm.specs",
+    "GRPO": "agile_llm.grpo",
+    "group_advantages": "agile_llm.grpo",
+    "GRPOSpec": "agile_llm.specs",
+    "LLMRolloutEnvSpec": "agile_llm.specs",
+    "RolloutHarness": "agile_llm.rollout",
+    "PromptAnswerEnv": "agile_llm.rollout",
+    "Episode": "agile_llm.rollout",
+    "load_reward_fn": "agile_llm.rollout",
+    "load_env_factory": "agile_llm.rollout",
+    "train_llm_rollout": "agile_llm.rollout_training",
+    "CompletionLoggingConfig": "agile_llm.rollout_training",
 }
 
 __all__ = sorted(_NAMES)

@@ -1,7 +1,15 @@
-"""Entry point of the LLM dataset paradigm (imports no torch: only specs)."""
+"""Entry points of the LLM paradigms, dataset (SFT, DPO) and rollout (GRPO); import no torch,
+only specs."""
 
 from agile_core.registry import Paradigm
-from agile_llm.specs import DPOSpec, FinetuningNetworkSpec, LLMDatasetEnvSpec, SFTSpec
+from agile_llm.specs import (
+    DPOSpec,
+    FinetuningNetworkSpec,
+    GRPOSpec,
+    LLMDatasetEnvSpec,
+    LLMRolloutEnvSpec,
+    SFTSpec,
+)
 
 LLM_DATASET = Paradigm(
     name="llm_dataset",
@@ -13,5 +21,18 @@ LLM_DATASET = Paradigm(
         "train_loop": "agile_llm.run:train_loop",
         "make_env": "agile_llm.run:make_env",
         "make_population": "agile_llm.run:make_population",
+    },
+)
+
+LLM_ROLLOUT = Paradigm(
+    name="llm_rollout",
+    distribution="agile-llm",
+    algorithms=(GRPOSpec,),
+    env_spec=LLMRolloutEnvSpec,
+    network_spec=FinetuningNetworkSpec,
+    hooks={
+        "train_loop": "agile_llm.run:rollout_train_loop",
+        "make_env": "agile_llm.run:make_rollout_env",
+        "make_population": "agile_llm.run:make_rollout_population",
     },
 )

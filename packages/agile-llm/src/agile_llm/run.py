@@ -13,7 +13,8 @@ from agile_llm.models import BaseModelError, SharedBase
 from agile_llm.specs import FinetuningNetworkSpec, LLMDatasetEnvSpec
 from agile_llm.training import train_llm_dataset
 
-__all__ = ["make_env", "make_population", "train_loop"]
+__all__ = ["RolloutSource", "make_env", "make_population", "make_rollout_env", "make_rollout_population",
+           "rollout_train_loop", "train_loop"]
 
 
 def make_env(spec: LLMDatasetEnvSpec, base_dir: str | Path | None = None, seed: int | None = None,
@@ -79,3 +80,120 @@ def train_loop(env: DatasetEnv, env_name: str, algo: str, pop: list[Any], *, max
         wandb_kwargs=wandb_kwargs, verbose=verbose, max_steps=max_steps,
         resume_from_checkpoint=resume_from_checkpoint, overwrite_checkpoints=overwrite_checkpoints,
         target=target, seed=seed, mut_p=mut_p)
+
+
+# ---------------------------------------------------------------------- rollout paradigm (GRPO)
+class RolloutSource:
+    """What ``make_rollout_env`` returns: the environment section resolved (reward function or
+    environment class loaded); :meth:`bind` with the population's tokenizer gives the harness
+    factory."""
+
+    def __init__(self, spec: Any, base_dir: str | Path | None) -> None:
+        from agile_llm.rollout import PromptAnswerEnv, load_env_factory, load_reward_fn
+
+        self.spec = spec
+        self.name = spec.name
+        self.num_envs = 1
+        self.max_length: int | None = None
+        self.tokenizer: Any = None
+        if spec.entrypoint is not None:
+            try:
+                self.make_text_env = load_env_factory(spec.entrypoint, base_dir)
+            except (ImportError, AttributeError, ValueError, FileNotFoundError) as error:
+                raise ManifestError([ManifestIssue(("environment", "entrypoint"), str(error))]) from error
+            return
+        try:
+            reward_fn = load_reward_fn(str(spec.reward_file_path), spec.reward_fn_name, base_dir)
+        except (ImportError, AttributeError, FileNotFoundError) as error:
+            raise ManifestError([ManifestIssue(("environment", "reward_file_path"), str(error))]) from error
+        from agile_llm.data import load_rows
+
+        try:
+            rows = load_rows(spec.dataset, base_dir=base_dir)
+            env = PromptAnswerEnv(rows, reward_fn, prompt_template=spec.prompt_template,
+                                  test_fraction=spec.test_fraction, split_seed=spec.split_seed,
+                                  prompt_column=spec.prompt_column, answer_column=spec.answer_column)
+        except (DatasetError, ValueError) as error:
+            raise ManifestError([ManifestIssue(("environment", "dataset"), str(error))]) from error
+        self.make_text_env = lambda: _copy_env(env)
+
+    def reset(self, seed: int | None = None, **_: Any) -> None:
+        """Nothing to reset (the loop reseeds torch itself)."""
+
+    def factory(self) -> Any:
+        """A fresh harness on a fresh text environment."""
+        from agile_llm.rollout import RolloutHarness
+
+        return RolloutHarness(self.make_text_env(), self.tokenizer, max_turns=self.spec.max_turns,
+                              max_model_len=self.max_length, io_timeout_s=self.spec.io_timeout_s)
+
+
+def _copy_env(env: Any) -> Any:
+    import copy
+
+    twin = copy.copy(env)
+    twin.row = None
+    return twin
+
+
+def make_rollout_env(spec: Any, base_dir: str | Path | None = None, seed: int | None = None,
+                     num_envs: int | None = None) -> RolloutSource:
+    """The rollout environment section, resolved; problems are ManifestErrors on its fields."""
+    return RolloutSource(spec, base_dir)
+
+
+def make_rollout_population(manifest: TrainingManifest, env: RolloutSource, hp_config: Any, device: str) -> list[Any]:
+    """`pop_size` GRPO members on ONE shared base; binds the environment to its tokenizer."""
+    population = make_population_only(manifest, hp_config, device)
+    env.tokenizer = population[0].tokenizer
+    env.max_length = population[0].max_length
+    return population
+
+
+def make_population_only(manifest: TrainingManifest, hp_config: Any, device: str) -> list[Any]:
+    """The members of the manifest's algorithm on one shared base (no environment binding)."""
+    import importlib
+
+    network = manifest.network
+    if not isinstance(network, FinetuningNetworkSpec):
+        raise ManifestError([ManifestIssue(("network",), "LLM algorithms need a network section with "
+                                                         "pretrained_model_name_or_path")])
+    spec = manifest.algorithm
+    try:
+        base = SharedBase.get(network.pretrained_model_name_or_path, network.lora_config.model_dump(),
+                              dtype=network.dtype, device=device, base_dir=manifest.base_dir)
+    except BaseModelError as error:
+        raise ManifestError([ManifestIssue(("network", "pretrained_model_name_or_path"), str(error))]) from error
+    module_name, _, class_name = type(spec).algorithm_class.partition(":")
+    klass = getattr(importlib.import_module(module_name), class_name)
+    kwargs = dict(spec.hyperparameters())
+    if network.max_context_length is not None:
+        kwargs["max_length"] = network.max_context_length
+    seed = manifest.training.seed
+    return [klass(base, index=i, hp_config=hp_config, device=device, seed=None if seed is None else seed + i,
+                  **kwargs) for i in range(manifest.training.pop_size)]
+
+
+def rollout_train_loop(env: RolloutSource, env_name: str, algo: str, pop: list[Any], *, max_steps: int,
+                       evo_steps: int | None = None, eval_steps: int | None = None, eval_loop: int = 1,
+                       target: float | None = None, selection_strategy: Any = None, mutation: Any = None,
+                       checkpoint: int | None = None, checkpoint_path: str | None = None,
+                       overwrite_checkpoints: bool = False, save_elite: bool = False, elite_path: str | None = None,
+                       wb: bool = False, tensorboard: bool = False, tensorboard_log_dir: str | None = None,
+                       verbose: bool = True, wandb_api_key: str | None = None,
+                       wandb_kwargs: dict[str, Any] | None = None, resume_from_checkpoint: str | None = None,
+                       seed: int | None = None, csv_path: str | None = None, init_hp: dict[str, Any] | None = None,
+                       mut_p: dict[str, Any] | None = None) -> Any:
+    """The trainer's call, mapped onto :func:`~agile_llm.rollout_training.train_llm_rollout`
+    (`eval_steps` does not apply: evaluation runs every held-out prompt)."""
+    from agile_llm.rollout_training import train_llm_rollout
+
+    return train_llm_rollout(
+        pop, env.spec.max_turns, env.factory, init_hp=init_hp, max_steps=max_steps, save_elite=save_elite,
+        elite_path=elite_path, wb=wb, tensorboard=tensorboard, tensorboard_log_dir=tensorboard_log_dir,
+        csv=csv_path is not None, csv_log_dir=csv_path, evo_steps=evo_steps, checkpoint_steps=checkpoint,
+        checkpoint_path=checkpoint_path, selection_strategy=selection_strategy, mutation=mutation,
+        wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs, eval_loop=eval_loop,
+        max_reward=env.spec.max_reward, verbose=verbose, io_timeout_s=env.spec.io_timeout_s,
+        resume_from_checkpoint=resume_from_checkpoint, overwrite_checkpoints=overwrite_checkpoints,
+        target=target, seed=seed, mut_p=mut_p, env_name=env_name)

@@ -24,7 +24,7 @@ PositiveInt = Annotated[int, Field(ge=1)]
 PositiveFloat = Annotated[float, Field(gt=0.0)]
 NonNegative = Annotated[float, Field(ge=0.0)]
 
-__all__ = ["DPOSpec", "FinetuningNetworkSpec", "LLMDatasetEnvSpec", "LoraConfigSpec", "SFTSpec"]
+__all__ = ["DPOSpec", "FinetuningNetworkSpec", "GRPOSpec", "LLMDatasetEnvSpec", "LLMRolloutEnvSpec", "LoraConfigSpec", "SFTSpec"]
 
 
 class LoraConfigSpec(Spec):
@@ -139,3 +139,83 @@ class DPOSpec(_LLMSpec):
 
     algorithm_class: ClassVar[str] = "agile_llm.dpo:DPO"
     mutable_by_default: ClassVar[tuple[str, ...]] = ("lr", "beta")
+
+
+class GRPOSpec(_LLMSpec):
+    """Group Relative Policy Optimisation (Shao et al., 2024) on rollout environments, with a
+    clipped ratio and a KL penalty to the frozen base (adapters disabled). Fitness: mean return
+    of greedy episodes on the held-out prompts."""
+
+    name: Literal["GRPO"] = "GRPO"
+    """Algorithm name."""
+    lr: PositiveFloat = 1e-5
+    """Adam learning rate of the member's LoRA adapter (RL finetuning of pretrained models uses
+    1e-6..1e-5; tiny untrained models need far more)."""
+    batch_size: PositiveInt = 4
+    """Prompts per learning step (each sampled ``group_size`` times)."""
+    max_length: PositiveInt = 1024
+    """Longest transcript in tokens (prompt, completions and feedback of every turn): an episode
+    whose next turn would not fit ends with ``truncated``; ``network.max_context_length`` wins."""
+    beta: NonNegative = 0.04
+    """Weight of the KL penalty to the reference (the DeepSeekMath GRPO value); 0 disables it."""
+    clip_coef: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.2
+    """Ratio clip: the objective ignores ratio moves beyond ``1 +- clip_coef``."""
+    group_size: Annotated[int, Field(ge=2)] = 8
+    """Completions sampled per prompt; advantages are relative to the group."""
+    temperature: PositiveFloat = 1.0
+    """Sampling temperature of training rollouts (evaluation is greedy)."""
+    max_new_tokens: PositiveInt = 64
+    """Tokens generated per turn at most."""
+    update_epochs: PositiveInt = 1
+    """Updates on each batch of episodes (the ratio departs from 1 after the first)."""
+
+    algorithm_class: ClassVar[str] = "agile_llm.grpo:GRPO"
+    mutable_by_default: ClassVar[tuple[str, ...]] = ("lr", "beta")
+
+
+class LLMRolloutEnvSpec(EnvSpec):
+    """The ``environment`` section of rollout (online RL) LLM training: a single-turn dataset of
+    prompts and answers with a reward function, or a multi-turn environment by entrypoint."""
+
+    name: str = Field(default="rollout", min_length=1)
+    """Label of the run (logs, progress bar)."""
+    num_envs: int = Field(default=1, ge=1, le=1)
+    """Always 1 (the group size sets how many episodes run at once)."""
+    env_type: Literal["rollout"] | None = None
+    """Inferred from the algorithm (GRPO trains on rollouts); only ``rollout`` exists."""
+    dataset: str | list[str] | None = None
+    """Single-turn: JSONL, CSV or Parquet file(s) of prompts and answers, relative to the manifest."""
+    prompt_column: str = "prompt"
+    """Column holding the prompt text."""
+    answer_column: str = "answer"
+    """Column holding the reference answer passed to the reward function."""
+    prompt_template: str | None = None
+    """Format string with ``{prompt}`` (and other columns by name). Null: the prompt as is."""
+    reward_file_path: str | None = None
+    """Single-turn: a ``.py`` file (relative to the manifest) or an importable module name
+    (e.g. ``agile_llm.tiny``) holding the reward function."""
+    reward_fn_name: str = "reward_fn"
+    """Name of ``reward_fn(completion, answer, prompt) -> float`` in ``reward_file_path``."""
+    entrypoint: str | None = None
+    """Multi-turn: ``module:attr`` (module may be a ``.py`` file relative to the manifest) of a
+    text environment class or zero-argument factory; replaces ``dataset``."""
+    max_turns: PositiveInt = 1
+    """Policy turns per episode at most."""
+    io_timeout_s: PositiveFloat | None = 600.0
+    """Deadline of each environment call in seconds (TimeoutError); null: none."""
+    max_reward: float | None = None
+    """Return counted as solved (logs the share of evaluation episodes reaching it)."""
+    test_fraction: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.1
+    """Share of the dataset rows held out for evaluation (fitness)."""
+    split_seed: int = 0
+    """Seed of the deterministic train/test split."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> LLMRolloutEnvSpec:
+        if (self.dataset is None) == (self.entrypoint is None):
+            raise field_error("dataset", "give exactly one of dataset (single turn) or entrypoint (multi-turn)")
+        if self.dataset is not None and self.reward_file_path is None:
+            raise field_error("reward_file_path", "a dataset needs a reward file (reward_file_path)")
+        if self.prompt_template is not None and "{prompt}" not in self.prompt_template:
+            raise field_error("prompt_template", "must contain the placeholder {prompt}")
+        return self

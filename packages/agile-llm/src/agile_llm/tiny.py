@@ -5,6 +5,7 @@
 * :func:`build_model`: a randomly initialised Llama-style causal LM from a config;
 * :func:`number_rows` / :func:`preference_rows`: a deterministic task (number words to digits:
   ``"two seven"`` -> ``"2 7"``) as SFT rows and as DPO pairs (rejected: one digit wrong);
+* :func:`answer_rows` / :func:`digit_reward`: the same task for rollouts (GRPO), with its reward;
 * :func:`write_tiny` writes all of it to a folder (what ``configs/llm/make_tiny.py`` runs).
 """
 
@@ -15,7 +16,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["build_model", "build_tokenizer", "number_rows", "preference_rows", "write_tiny"]
+__all__ = ["answer_rows", "build_model", "build_tokenizer", "digit_reward", "number_rows", "preference_rows",
+           "write_tiny"]
 
 WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 PROMPT_TEMPLATE = "{prompt} ="
@@ -25,6 +27,20 @@ def number_rows(length: int = 2) -> list[dict[str, str]]:
     """Every sequence of `length` number words with its digits: ``{"prompt", "response"}``."""
     return [{"prompt": " ".join(WORDS[d] for d in digits), "response": " ".join(str(d) for d in digits)}
             for digits in itertools.product(range(10), repeat=length)]
+
+
+def answer_rows(length: int = 2) -> list[dict[str, str]]:
+    """The number task as rollout rows: ``{"prompt", "answer"}`` (for :func:`digit_reward`)."""
+    return [{"prompt": row["prompt"], "answer": row["response"]} for row in number_rows(length)]
+
+
+def digit_reward(completion: str, answer: str, prompt: str = "") -> float:
+    """Reward of the number task in 0..1: 0.5 when the completion starts with a digit, plus 0.5
+    when that digit is the answer's first one (dense enough for GRPO on an untrained model)."""
+    text = completion.strip()
+    if not text or not text[0].isdigit():
+        return 0.0
+    return 1.0 if text[0] == answer.strip()[:1] else 0.5
 
 
 def preference_rows(length: int = 2, seed: int = 0) -> list[dict[str, str]]:
@@ -77,12 +93,14 @@ def build_model(tokenizer: Any, hidden_size: int = 64, num_layers: int = 2, inte
 
 
 def write_tiny(out_dir: str | Path, seed: int = 0) -> Path:
-    """Write ``model/`` (model and tokenizer), ``sft.jsonl`` and ``dpo.jsonl`` under `out_dir`."""
+    """Write ``model/`` (model and tokenizer), ``sft.jsonl``, ``dpo.jsonl`` and ``rollout.jsonl``
+    (prompts and answers, for GRPO with :func:`digit_reward`) under `out_dir`."""
     out = Path(out_dir)
     (out / "model").mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer()
     build_model(tokenizer, seed=seed).save_pretrained(out / "model")
     tokenizer.save_pretrained(out / "model")
-    for name, rows in (("sft.jsonl", number_rows()), ("dpo.jsonl", preference_rows(seed=seed))):
+    for name, rows in (("sft.jsonl", number_rows()), ("dpo.jsonl", preference_rows(seed=seed)),
+                       ("rollout.jsonl", answer_rows())):
         (out / name).write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     return out

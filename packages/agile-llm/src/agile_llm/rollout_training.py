@@ -1,0 +1,230 @@
+"""`train_llm_rollout`: evolve a population of GRPO members on rollout (text) environments.
+
+Built on core's :class:`~agile_core.training.generations.GenerationLoop` (reporting, periodic
+and Ctrl-C checkpoints, elite saving, resume). One training step is one learning step of every
+member: ``batch_size`` prompts drawn with the member's generator, ``group_size`` sampled episodes
+each, then the GRPO update. A generation is ``evo_steps`` steps (else ``evaluation_interval``)
+and ends with every member's ``test``: greedy episodes on the held-out prompts (fitness: mean
+return), then selection and mutation.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agile_core.hpo.mutation import Mutations
+from agile_core.hpo.protocols import SelectionStrategy
+from agile_core.training import resolve_selection_strategy
+from agile_core.training.arguments import positive_int
+from agile_core.training.generations import GenerationLoop, PhaseResult
+from agile_core.training.population import record_losses
+from agile_core.training.profiling import PROFILER
+from agile_llm.grpo import GRPO
+from agile_llm.rollout import Episode, RolloutHarness
+from agile_llm.training import check_resume_base
+
+__all__ = ["CompletionLoggingConfig", "train_llm_rollout"]
+
+
+@dataclass
+class CompletionLoggingConfig:
+    """Samples of evaluation episodes (prompt, completions, reward) written after every
+    ``interval``-th evaluation: to ``jsonl_path`` (one JSON object a line) and, when verbose,
+    to the console."""
+
+    jsonl_path: str | None = None
+    """JSONL file the samples are appended to (None: console only)."""
+    num_samples: int = 2
+    """Episodes sampled per member."""
+    interval: int = 1
+    """Write every this many evaluations."""
+
+
+class _Source:
+    """The loop's "environment": reseeds torch's generator (rollout sampling) at the fixed
+    points core's loop chooses, so a resumed run samples like an uninterrupted one."""
+
+    num_envs = 1
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def reset(self, seed: int | None = None, **_: Any) -> None:
+        if seed is not None:
+            import torch
+
+            torch.manual_seed(int(seed))
+
+
+def train_llm_rollout(
+    pop: list[Any],
+    max_turns: int,
+    env_factory: Callable[[], RolloutHarness],
+    init_hp: dict[str, Any] | None = None,
+    max_steps: int = 32768,
+    save_elite: bool | None = None,
+    elite_path: str | None = None,
+    wb: bool = False,
+    tensorboard: bool = False,
+    tensorboard_log_dir: str | None = None,
+    csv: bool = False,
+    csv_log_dir: str | None = None,
+    evo_steps: int | None = None,
+    checkpoint_steps: int | None = None,
+    checkpoint_path: str | None = None,
+    selection_strategy: SelectionStrategy | None = None,
+    tournament: SelectionStrategy | None = None,
+    mutation: Mutations | None = None,
+    wandb_api_key: str | None = None,
+    wandb_kwargs: dict[str, Any] | None = None,
+    evaluation_interval: int = 50,
+    eval_loop: int = 1,
+    max_reward: float | None = None,
+    verbose: bool = True,
+    max_wall_seconds: float | None = None,
+    io_timeout_s: float | None = 600.0,
+    completion_logging: CompletionLoggingConfig | Mapping[str, Any] | None = None,
+    *,
+    resume_from_checkpoint: str | None = None,
+    overwrite_checkpoints: bool = False,
+    target: float | None = None,
+    seed: int | None = None,
+    mut_p: dict[str, Any] | None = None,
+    env_name: str = "rollout",
+) -> tuple[list[Any], list[float]]:
+    """Train a population of GRPO agents on episodes from `env_factory`.
+
+    Args:
+        pop: GRPO agents, normally sharing one base model.
+        max_turns: Policy turns per episode at most (overrides the harness's ``max_turns``).
+        env_factory: Zero-argument factory of a fresh :class:`RolloutHarness` (one per episode).
+        init_hp: Initial hyperparameters (logged).
+        max_steps: Learning steps per member for the run.
+        save_elite, elite_path: Save the best member after every evaluation (default ``elite``).
+        wb, tensorboard, tensorboard_log_dir, csv, csv_log_dir, wandb_api_key, wandb_kwargs:
+            Logging, as for every agile loop (CSV default ``llm_rollout_metrics.csv``).
+        evo_steps: Learning steps between evolutions; it is then also the evaluation interval.
+        checkpoint_steps, checkpoint_path: Run checkpoints every this many steps per member.
+        selection_strategy, tournament, mutation: Evolution (`tournament` is a deprecated alias).
+        evaluation_interval: Learning steps between evaluations when `evo_steps` is None.
+        eval_loop: Evaluation passes averaged into the fitness (greedy: 1 is normally enough).
+        max_reward: Return counted as solved: the share of evaluation episodes reaching it is
+            written with the completion samples (``accuracy``).
+        verbose: Progress bar, per-generation table and completion samples on the console.
+        max_wall_seconds: Stop at the end of the generation in which this much wall time passed.
+        io_timeout_s: Deadline of every environment call (set on each harness; None: none).
+        completion_logging: :class:`CompletionLoggingConfig` (or its fields as a dict).
+        resume_from_checkpoint: Continue the run saved there (refused on another base model).
+        overwrite_checkpoints: Keep only the latest checkpoint.
+        target: Stop once every member's fitness reaches it.
+        seed: Seeds torch's generator (rollout sampling) at fixed points of the run.
+        mut_p: Mutation parameters (logged).
+        env_name: Label of the run.
+
+    Returns:
+        The population after its last evaluation and each member's fitness from it.
+    """
+    if not pop:
+        raise ValueError("pop must contain at least one agent")
+    if not all(isinstance(agent, GRPO) for agent in pop) or len({type(a) for a in pop}) != 1:
+        raise TypeError("train_llm_rollout trains a population of agile_llm GRPO agents (one algorithm)")
+    max_turns = positive_int("max_turns", max_turns)
+    eval_loop = positive_int("eval_loop", eval_loop)
+    logging = (CompletionLoggingConfig(**completion_logging) if isinstance(completion_logging, Mapping)
+               else completion_logging)
+
+    def factory() -> RolloutHarness:
+        harness = env_factory()
+        harness.max_turns = max_turns
+        harness.io_timeout_s = io_timeout_s
+        return harness
+
+    selection = resolve_selection_strategy(selection_strategy, tournament)
+    max_steps = positive_int("max_steps", max_steps)
+    generation = positive_int("evo_steps" if evo_steps is not None else "evaluation_interval",
+                              evo_steps if evo_steps is not None else evaluation_interval)
+    if resume_from_checkpoint is not None:
+        check_resume_base(resume_from_checkpoint, pop)
+    algo = type(pop[0]).__name__
+    source = _Source(env_name)
+    config = {"algo": algo, "env": env_name, "population_size": len(pop), "max_steps": max_steps,
+              "evo_steps": generation, "max_turns": max_turns, "init_hp": init_hp, "mut_p": mut_p,
+              "base_model": pop[0].base.reference}
+    started = time.monotonic()
+    evaluations = [0]
+
+    def out_of_time() -> bool:
+        return max_wall_seconds is not None and time.monotonic() - started >= max_wall_seconds
+
+    def learn(agents: list[Any], steps: int, should_stop: Callable[[], bool]) -> list[PhaseResult]:
+        results = [PhaseResult(vector_steps=0) for _ in agents]
+        done = 0
+        while done < steps and not should_stop() and not out_of_time():
+            with PROFILER.sample:
+                batches = [agent.collect(factory, agent.sample_seeds()) for agent in agents]
+            with PROFILER.learn:
+                losses = type(agents[0]).learn_members(agents, batches)
+            for agent, result, loss, episodes in zip(agents, results, losses, batches, strict=True):
+                record_losses(result.losses, loss)
+                result.episodic_returns.extend(e.reward for e in episodes)
+                result.episode_lengths.extend(len(e.completions) for e in episodes)
+                agent.steps += 1
+            done += 1
+        if out_of_time():
+            loop.max_steps = 0  # the loop ends after this generation's evaluation
+        for result in results:
+            result.vector_steps = steps if out_of_time() else done
+        return results
+
+    def evaluate(agents: list[Any]) -> list[float]:
+        fitnesses, samples = [], []
+        for agent in agents:
+            episodes: list[Episode] = []
+            for _ in range(eval_loop):
+                episodes.extend(agent.evaluate_episodes(factory))
+            fitness = float(np.mean([e.reward for e in episodes]))
+            agent.fitness.append(fitness)
+            fitnesses.append(fitness)
+            samples.append((agent, episodes))
+        evaluations[0] += 1
+        if logging is not None and evaluations[0] % max(1, logging.interval) == 0:
+            _log_completions(logging, samples, evaluations[0], max_reward, verbose)
+        return fitnesses
+
+    loop = GenerationLoop.create(
+        population=pop, env=source, phase=lambda slot, agent, steps, stop: learn([agent], steps, stop)[0],
+        algo=algo, env_name=env_name, config=config, max_steps=max_steps, evo_steps=generation, eval_steps=None,
+        eval_loop=eval_loop, target=target, selection=selection, mutation=mutation, checkpoint=checkpoint_steps,
+        checkpoint_path=checkpoint_path or elite_path, overwrite_checkpoints=overwrite_checkpoints,
+        save_elite=bool(save_elite), elite_path=elite_path, wb=wb, tensorboard=tensorboard,
+        tensorboard_log_dir=tensorboard_log_dir, verbose=verbose, wandb_api_key=wandb_api_key,
+        wandb_kwargs=wandb_kwargs, csv_path=(csv_log_dir or "llm_rollout_metrics.csv") if csv else None, seed=seed)
+    loop.batch_population(learn, evaluate, source, envs_per_agent=1)
+    return loop.train(resume_from_checkpoint)
+
+
+def _log_completions(config: CompletionLoggingConfig, samples: list[tuple[Any, list[Episode]]], evaluation: int,
+                     max_reward: float | None, verbose: bool) -> None:
+    records = []
+    for agent, episodes in samples:
+        accuracy = (None if max_reward is None else
+                    float(np.mean([e.reward >= max_reward for e in episodes])))
+        for episode in episodes[:max(0, config.num_samples)]:
+            records.append({"evaluation": evaluation, "member": int(agent.index), "steps": int(agent.steps),
+                            "prompt": episode.prompt, "completions": list(episode.completions),
+                            "reward": episode.reward, "accuracy": accuracy})
+    if config.jsonl_path is not None:
+        path = Path(config.jsonl_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as handle:
+            handle.writelines(json.dumps(r) + "\n" for r in records)
+    if verbose:
+        for r in records:
+            print(f"[member {r['member']}] {r['prompt']!r} -> {r['completions']!r} reward {r['reward']:.3f}")
