@@ -28,7 +28,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import VectorEnv
 
-from agile_core.algorithms.group import MemberGroup, make_member_groups
+from agile_core.algorithms.group import make_member_groups
 from agile_core.buffers import ReplayBuffer
 from agile_core.buffers.population import sample_population
 from agile_core.hpo.mutation import Mutations
@@ -39,14 +39,11 @@ from agile_core.training.arguments import check_arguments
 from agile_core.training.envs import population_vector_env
 from agile_core.training.evolution import evaluate_population
 from agile_core.training.generations import GenerationLoop, PhaseResult
-from agile_core.training.population import evaluate_groups, log_once, record_losses
+from agile_core.training.population import Groups, evaluate_groups, log_once, record_losses
 from agile_core.training.profiling import PROFILER
 from agile_offline.datasets import TransitionData, check_spaces, load_dataset, load_minari
 
 __all__ = ["fill_memory", "train_offline"]
-
-Groups = list[tuple[list[int], MemberGroup]]
-
 
 def fill_memory(memory: ReplayBuffer, data: TransitionData) -> None:
     """Store every transition of `data` in `memory` (which must hold them all)."""
