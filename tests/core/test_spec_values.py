@@ -51,3 +51,34 @@ def test_resolved_manifest_json_hides_secret_like_values():
             "environment": {"name": "CartPole-v1", "config": {"api_token": "SECRET-1", "max_episode_steps": 100}}}
     text = TrainingManifest.get_validated(data).to_json()
     assert "SECRET-1" not in text and '"api_token": "***"' in text and '"max_episode_steps": 100' in text
+
+
+@pytest.mark.parametrize(("manifest", "message"), [
+    ({"algorithm": {"name": "DDPG", "vect_noise_dim": 3}, "environment": {"name": "Pendulum-v1", "num_envs": 4}},
+     "algorithm.vect_noise_dim: must be 1 (one noise stream for all sub-envs) or environment.num_envs (4"),
+    ({"algorithm": {"name": "DQN"}, "environment": {"name": "CartPole-v1"}, "replay_buffer": {"n_step": 3}},
+     "replay_buffer.n_step: DQN learns from a standard replay buffer only"),
+    ({"algorithm": {"name": "TD3"}, "environment": {"name": "Pendulum-v1"}, "replay_buffer": {"per_buffer": True}},
+     "replay_buffer.per_buffer: TD3 learns from a standard replay buffer only"),
+    ({"algorithm": {"name": "DQN"}, "environment": {"name": "CartPole-v1"},
+      "network": {"encoder_config": {"arch": "lstm"}}},
+     "network.encoder_config.arch: DQN has no recurrent policy"),
+    ({"algorithm": {"name": "PPO", "recurrent": False}, "environment": {"name": "CartPole-v1"},
+      "network": {"encoder_config": {"arch": "lstm"}}},
+     "network.encoder_config.arch: an LSTM encoder needs a recurrent policy: set algorithm.recurrent: true"),
+], ids=["noise-streams", "n-step-on-dqn", "per-on-td3", "lstm-on-dqn", "lstm-without-recurrent"])
+def test_cross_section_rules_name_the_field(manifest, message):
+    with pytest.raises(ManifestError) as caught:
+        TrainingManifest.get_validated(manifest)
+    assert message in str(caught.value)
+
+
+@pytest.mark.parametrize("manifest", [
+    {"algorithm": {"name": "DDPG", "vect_noise_dim": 4}, "environment": {"name": "Pendulum-v1", "num_envs": 4}},
+    {"algorithm": {"name": "RainbowDQN"}, "environment": {"name": "CartPole-v1"},
+     "replay_buffer": {"n_step": 3, "per_buffer": True}},
+    {"algorithm": {"name": "PPO", "recurrent": True}, "environment": {"name": "CartPole-v1"},
+     "network": {"encoder_config": {"arch": "lstm"}}},
+], ids=["noise-per-env", "rainbow-n-step-per", "recurrent-ppo"])
+def test_cross_section_rules_accept_what_trains(manifest):
+    TrainingManifest.get_validated(manifest)

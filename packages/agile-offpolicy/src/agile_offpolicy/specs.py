@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -28,6 +29,23 @@ class _OffPolicySpec(AlgorithmSpec):
     """Soft target-network update rate (1.0 copies the online network: a hard update)."""
     normalize_images: bool = True
     """Scale uint8 image observations to [0, 1]."""
+
+    learns_from_n_step: ClassVar[bool] = False
+    """Whether the algorithm's learning step reads n-step and prioritized replay (RainbowDQN)."""
+
+    def section_issues(self, sections: Mapping[str, Any]) -> list[tuple[tuple[str, ...], str, Any]]:
+        """Also: prioritized or n-step replay only for algorithms that learn from them."""
+        issues = super().section_issues(sections)
+        buffer = sections.get("replay_buffer")
+        if buffer is not None and not self.learns_from_n_step:
+            wanted = {"per_buffer": buffer.per_buffer, "n_step_buffer": buffer.n_step_buffer,
+                      "n_step": buffer.n_step is not None}
+            for name, on in wanted.items():
+                if on:
+                    issues.append((("replay_buffer", name), f"{self.registered_name()} learns from a standard "
+                                   "replay buffer only; prioritized and n-step replay need RainbowDQN",
+                                   getattr(buffer, name)))
+        return issues
 
 
 class DQNSpec(_OffPolicySpec):
@@ -69,6 +87,7 @@ class RainbowDQNSpec(_OffPolicySpec):
     """Add the 1-step and n-step losses instead of using the n-step loss alone."""
 
     algorithm_class: ClassVar[str] = "agile_offpolicy.rainbow:RainbowDQN"
+    learns_from_n_step: ClassVar[bool] = True
 
     @model_validator(mode="after")
     def _support_ordered(self) -> RainbowDQNSpec:
@@ -106,6 +125,10 @@ class DDPGSpec(_OffPolicySpec):
     algorithm_class: ClassVar[str] = "agile_offpolicy.ddpg:DDPG"
     mutable_by_default: ClassVar[tuple[str, ...]] = ("lr_actor", "lr_critic", "batch_size", "learn_step")
 
+    def section_issues(self, sections: Mapping[str, Any]) -> list[tuple[tuple[str, ...], str, Any]]:
+        """Also: one noise stream shared by all sub-envs, or one per sub-env."""
+        return [*super().section_issues(sections), *noise_streams_issues(self.vect_noise_dim, sections)]
+
 
 class TD3Spec(DDPGSpec):
     """Twin Delayed DDPG: twin critics, delayed policy updates, target policy smoothing."""
@@ -124,3 +147,12 @@ class TD3Spec(DDPGSpec):
 
 
 ALGORITHM_SPECS = (DQNSpec, RainbowDQNSpec, DDPGSpec, TD3Spec)
+
+
+def noise_streams_issues(vect_noise_dim: int, sections: Mapping[str, Any]) -> list[tuple[tuple[str, ...], str, Any]]:
+    """`vect_noise_dim` must be 1 (one stream for every sub-env) or `environment.num_envs`."""
+    num_envs = getattr(sections.get("environment"), "num_envs", None)
+    if num_envs is None or vect_noise_dim in (1, num_envs):
+        return []
+    return [(("algorithm", "vect_noise_dim"), f"must be 1 (one noise stream for all sub-envs) or "
+             f"environment.num_envs ({num_envs}, one per sub-env)", vect_noise_dim)]

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .memory import check_fits
 from .spaces import (
     Nested,
     Spec,
@@ -15,6 +16,7 @@ from .spaces import (
     iter_leaves,
     nested_nbytes,
     select_rows,
+    spec_row_bytes,
     to_numpy,
     to_torch,
     write,
@@ -46,6 +48,7 @@ class RingBuffer:
         self.device = torch.device(device)
         self.rng = np.random.default_rng(seed)
         self._specs = fields
+        check_fits(self.max_size * sum(spec_row_bytes(spec) for spec in fields.values()), self.max_size)
         self._storage: dict[str, Nested] = {
             name: allocate(spec, (self.max_size,)) for name, spec in fields.items()
         }

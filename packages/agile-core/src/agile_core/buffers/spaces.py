@@ -93,6 +93,16 @@ def iter_leaves(tree: Nested, prefix: str = "") -> Iterator[tuple[str, Any]]:
         yield prefix, tree
 
 
+def spec_row_bytes(spec: Spec) -> int:
+    """Bytes one row of `spec` (leaves with ``shape`` and ``dtype``, nested in dicts and tuples)
+    takes once allocated."""
+    if isinstance(spec, dict):
+        return sum(spec_row_bytes(item) for item in spec.values())
+    if isinstance(spec, tuple):
+        return sum(spec_row_bytes(item) for item in spec)
+    return int(np.prod(spec.shape, dtype=np.int64)) * np.dtype(spec.dtype).itemsize
+
+
 def allocate(spec: Spec, leading: tuple[int, ...]) -> Nested:
     """Allocate zeroed contiguous storage with ``leading`` dims before each row shape."""
     return map_nested(lambda leaf: np.zeros(leading + leaf.shape, dtype=leaf.dtype), spec)

@@ -55,6 +55,19 @@ class AlgorithmSpec(Spec):
                 found[field_name] = kind
         return found
 
+    def section_issues(self, sections: Mapping[str, Any]) -> list[tuple[tuple[str, ...], str, Any]]:
+        """Rules between this algorithm and the manifest's other validated sections (`environment`,
+        `network`, `replay_buffer`, `training`, ... as specs; absent ones missing): one
+        ``(path, message, value)`` per problem. Subclasses extend it with their own rules."""
+        issues: list[tuple[tuple[str, ...], str, Any]] = []
+        encoder = getattr(sections.get("network"), "encoder_config", None)
+        if getattr(encoder, "arch", None) == "lstm" and not getattr(self, "recurrent", False):
+            message = ("an LSTM encoder needs a recurrent policy: set algorithm.recurrent: true"
+                       if "recurrent" in type(self).model_fields else
+                       f"{self.registered_name()} has no recurrent policy; use an mlp, cnn or multiinput encoder")
+            issues.append((("network", "encoder_config", "arch"), message, "lstm"))
+        return issues
+
     @classmethod
     def check_values(cls, values: Mapping[str, Any]) -> None:
         """Check an algorithm constructor's arguments by this spec's rules (the ones manifests

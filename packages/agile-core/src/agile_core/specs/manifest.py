@@ -308,6 +308,10 @@ def _cross_field_issues(
                                     f"must not exceed training.pop_size ({training.pop_size})", selection.tournament_size))
     if out.get("replay_buffer") is not None and training.replay_buffer is not None:
         issues.append(ManifestIssue(("training", "replay_buffer"), "the replay buffer is given twice; keep the top-level `replay_buffer` section only"))
+    algorithm = out.get("algorithm")
+    if isinstance(algorithm, AlgorithmSpec):
+        sections = {**out, "training": training}
+        issues.extend(ManifestIssue(path, message, value) for path, message, value in algorithm.section_issues(sections))
     buffer = data.get("replay_buffer") or {}
     if isinstance(buffer, dict) and "n_step" in buffer and "n_step_buffer_args" in buffer:
         inner = buffer["n_step_buffer_args"]

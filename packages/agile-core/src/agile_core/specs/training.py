@@ -63,7 +63,7 @@ class ReplayBufferSpec(Spec):
         from agile_core.registry import paradigm_of
 
         factory = paradigm_of(algo_spec.name).load_attr("buffer_factory")
-        return factory(self, algo_spec, device, n_step=False, **spaces)
+        return _sized(factory, self, algo_spec, device, n_step=False, **spaces)
 
     def init_n_step_buffer(self, algo_spec: Any, device: Any = "cpu", **spaces: Any) -> Any:
         """Build the n-step buffer paired with a PER buffer; None unless both are switched on."""
@@ -72,7 +72,18 @@ class ReplayBufferSpec(Spec):
         from agile_core.registry import paradigm_of
 
         factory = paradigm_of(algo_spec.name).load_attr("buffer_factory")
-        return factory(self, algo_spec, device, n_step=True, **spaces)
+        return _sized(factory, self, algo_spec, device, n_step=True, **spaces)
+
+
+def _sized(factory: Any, spec: ReplayBufferSpec, *args: Any, **kwargs: Any) -> Any:
+    """`factory(spec, ...)`, with a buffer too large for this machine reported against `max_size`."""
+    from agile_core.buffers.memory import BufferTooLargeError
+    from agile_core.errors import ManifestError, ManifestIssue
+
+    try:
+        return factory(spec, *args, **kwargs)
+    except BufferTooLargeError as exc:
+        raise ManifestError([ManifestIssue(("replay_buffer", "max_size"), str(exc), spec.max_size)]) from None
 
 
 class TrainingSpec(Spec):

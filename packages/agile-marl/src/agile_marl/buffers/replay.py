@@ -16,6 +16,8 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
+from agile_core.buffers.memory import check_fits
+from agile_core.buffers.spaces import spec_row_bytes
 from agile_core.training.population import pad_index_batches
 
 __all__ = ["MultiAgentBatch", "MultiAgentReplayBuffer"]
@@ -151,6 +153,8 @@ class MultiAgentReplayBuffer:
                    "reward": dict.fromkeys(self.agents, scalar), "done": dict.fromkeys(self.agents, scalar),
                    "mask": dict.fromkeys(self.agents, scalar)}
         layouts["next_obs"] = layouts["obs"]
+        row_bytes = sum(spec_row_bytes(layouts[name][agent]) for name in self.fields for agent in self.agents)
+        check_fits(self.max_size * row_bytes, self.max_size, "multi-agent replay buffer")
         self._storage: dict[str, dict[str, Nested]] = {
             name: {agent: _allocate(layouts[name][agent], self.max_size) for agent in self.agents}
             for name in self.fields}
