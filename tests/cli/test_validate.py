@@ -29,7 +29,6 @@ BAD = [
     ("lr-string", GOOD.replace("lr: 1.0e-3", "lr: fast"), "3: algorithm.lr: input should be a valid number"),
     ("unknown-algo-key", GOOD.replace("  lr: 1.0e-3", "  lr: 1.0e-3\n  learning_rate: 3"), "4: algorithm.learning_rate: unknown field; did you mean"),
     ("algo-name-case", GOOD.replace("name: DQN", "name: dqn"), "2: algorithm.name: unknown algorithm 'dqn'; did you mean 'DQN'?"),
-    ("algo-not-installed", GOOD.replace("name: DQN", "name: LLMPPO"), "2: algorithm.name: algorithm 'LLMPPO' belongs to the package 'agile-llm'"),
     ("algo-name-missing", GOOD.replace("  name: DQN\n", ""), "1: algorithm.name: required field is missing"),
     ("algo-name-number", GOOD.replace("name: DQN", "name: 5"), "2: algorithm.name: must be a string"),
     ("algorithm-missing", GOOD.replace("algorithm:\n  name: DQN\n  lr: 1.0e-3\n", ""), "algorithm: required section is missing"),

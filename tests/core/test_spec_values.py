@@ -82,3 +82,15 @@ def test_cross_section_rules_name_the_field(manifest, message):
 ], ids=["noise-per-env", "rainbow-n-step-per", "recurrent-ppo"])
 def test_cross_section_rules_accept_what_trains(manifest):
     TrainingManifest.get_validated(manifest)
+
+
+def test_misspelled_secret_fields_are_hidden_in_errors_and_counts_are_not():
+    data = {"algorithm": {"name": "DQN"}, "environment": {"name": "CartPole-v1"},
+            "training": {"wandb_api_kye": "SECRET-A", "wandb_pasword": "SECRET-B", "api_tokn": "SECRET-C"}}
+    with pytest.raises(ManifestError) as caught:
+        TrainingManifest.get_validated(data)
+    text = str(caught.value)
+    assert "SECRET" not in text and text.count("'***'") == 3
+    from agile_core.errors import is_secret_name
+
+    assert not any(is_secret_name(name) for name in ("max_new_tokens", "learn_step", "select", "target_score"))

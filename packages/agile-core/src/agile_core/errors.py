@@ -10,7 +10,9 @@ from typing import Any
 from pydantic import ValidationError
 
 Path = tuple[str | int, ...]
-_SECRET_KEY = re.compile(r"(api_?key|token|secret|password|passwd|credential)", re.IGNORECASE)
+_SECRET_WORDS = ("key", "token", "secret", "password", "passwd", "credential")
+_NAME_TOKENS = re.compile(r"[^a-z0-9]+")
+_COUNT = re.compile(r"(max|min|num|n)_")
 _MISSING = object()
 
 
@@ -24,7 +26,38 @@ def dotted(path: Path) -> str:
 
 def is_secret_path(path: Path) -> bool:
     """Whether a value at this path must never be echoed (keys, tokens, passwords)."""
-    return any(isinstance(part, str) and _SECRET_KEY.search(part) for part in path)
+    return any(isinstance(part, str) and is_secret_name(part) for part in path)
+
+
+def is_secret_name(name: str) -> bool:
+    """A key whose value is secret: it contains ``key``, ``token``, ``secret``, ``password``,
+    ``passwd`` or ``credential``, or one of its words is a near miss of them (``api_kye``,
+    ``wandb_pasword``): a misspelled field still holds the user's secret. Counts and sizes
+    (``max_*``, ``min_*``, ``num_*``, ``n_*``) are not secrets."""
+    lowered = name.lower()
+    if _COUNT.match(lowered):  # sizes such as max_new_tokens are numbers, not secrets
+        return False
+    if any(word in lowered for word in _SECRET_WORDS):
+        return True
+    return any(_near(token, word) for token in _NAME_TOKENS.split(lowered) if token for word in _SECRET_WORDS)
+
+
+def _near(token: str, word: str) -> bool:
+    """Within one edit (two for words longer than five letters), a swap of neighbours counting one."""
+    allowed = 1 if len(word) <= 5 else 2
+    if abs(len(token) - len(word)) > allowed:
+        return False
+    previous2: list[int] = []
+    previous = list(range(len(word) + 1))
+    for i, a in enumerate(token, 1):
+        current = [i]
+        for j, b in enumerate(word, 1):
+            cost = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a != b))
+            if i > 1 and j > 1 and a == word[j - 2] and token[i - 2] == b:
+                cost = min(cost, previous2[j - 2] + 1)
+            current.append(cost)
+        previous2, previous = previous, current
+    return previous[-1] <= allowed
 
 
 def _show(value: Any) -> str:

@@ -41,7 +41,7 @@ class _OffPolicySpec(AlgorithmSpec):
             wanted = {"per_buffer": buffer.per_buffer, "n_step_buffer": buffer.n_step_buffer,
                       "n_step": buffer.n_step is not None}
             for name, on in wanted.items():
-                if on:
+                if on and name in buffer.model_fields_set:  # what the manifest asked for
                     issues.append((("replay_buffer", name), f"{self.registered_name()} learns from a standard "
                                    "replay buffer only; prioritized and n-step replay need RainbowDQN",
                                    getattr(buffer, name)))

@@ -308,15 +308,15 @@ def _cross_field_issues(
                                     f"must not exceed training.pop_size ({training.pop_size})", selection.tournament_size))
     if out.get("replay_buffer") is not None and training.replay_buffer is not None:
         issues.append(ManifestIssue(("training", "replay_buffer"), "the replay buffer is given twice; keep the top-level `replay_buffer` section only"))
-    algorithm = out.get("algorithm")
-    if isinstance(algorithm, AlgorithmSpec):
-        sections = {**out, "training": training}
-        issues.extend(ManifestIssue(path, message, value) for path, message, value in algorithm.section_issues(sections))
     buffer = data.get("replay_buffer") or {}
     if isinstance(buffer, dict) and "n_step" in buffer and "n_step_buffer_args" in buffer:
         inner = buffer["n_step_buffer_args"]
         if isinstance(inner, dict) and "n_step" in inner and inner["n_step"] != buffer["n_step"]:
             issues.append(ManifestIssue(("replay_buffer", "n_step"), "conflicts with n_step_buffer_args.n_step; give one of them", buffer["n_step"]))
+    algorithm = out.get("algorithm")
+    if isinstance(algorithm, AlgorithmSpec):
+        sections = {**out, "training": training}
+        issues.extend(ManifestIssue(path, message, value) for path, message, value in algorithm.section_issues(sections))
     return issues
 
 
