@@ -7,6 +7,7 @@ import copy
 import os
 import signal
 import threading
+import time
 from typing import Any
 
 import gymnasium as gym
@@ -36,7 +37,7 @@ NET = {"latent_dim": 16, "encoder_config": {"hidden_size": [16]}, "head_config":
 OBS = spaces.Box(-1.0, 1.0, (5,), np.float32)
 BOX = spaces.Box(np.array([-1.0, 0.0], np.float32), np.array([2.0, 0.5], np.float32))
 ACTIONS = {"discrete": spaces.Discrete(3), "multidiscrete": spaces.MultiDiscrete([3, 2]),
-           "multibinary": spaces.MultiBinary(3)}
+           "multibinary": spaces.MultiBinary(3), "box": BOX}
 NUM_ENVS = 4
 # Every member learns differently; the third stops early on its KL target.
 MEMBER_HP = [
@@ -136,7 +137,7 @@ def test_learn_equals_the_per_agent_oracle(case: str) -> None:
         buffer = collected(agent, num_envs=NUM_ENVS, num_steps=24, p_end=0.2, horizon=8)[0]
     else:
         buffer = random_rollout(agent, 0, masked)
-    assert agent.solo_group().stacked == (not recurrent and not isinstance(action_space, spaces.Box))
+    assert agent.solo_group().stacked == (not recurrent)
     for _ in range(2):  # the second update starts from the Adam state of the first
         expected = ppo_learn(oracle, buffer)
         assert_same_stats(agent.learn(buffer), expected)
@@ -164,7 +165,7 @@ def test_group_learning_equals_single_agents(action_kind: str, share_encoders: b
     if widths:
         singles, batched = widened(singles), widened(batched)
     torch.manual_seed(0)
-    buffers = [random_rollout(agent, seed, masked=action_kind != "multibinary")
+    buffers = [random_rollout(agent, seed, masked=action_kind in ("discrete", "multidiscrete"))
                for seed, agent in enumerate(singles)]
     group = MemberGroup(batched, fused=fused)
     assert group.stacked
@@ -246,12 +247,13 @@ def test_group_acting_matches_each_member(action_kind: str) -> None:
 
 
 def test_box_and_recurrent_agents_act_through_their_own_networks() -> None:
-    """Groups of one that do not stack (Gaussian log-std, LSTM) act and learn through the same steps."""
+    """A Gaussian policy acts greedily on its mean; a group of one that does not stack (LSTM) acts
+    and learns through the same steps."""
     box = PPO(OBS, BOX, net_config=NET, seed=0)
     recurrent = PPO(OBS, ACTIONS["discrete"], net_config=LSTM_NET, recurrent=True, seed=0)
-    for agent in (box, recurrent):
-        group = agent.solo_group()
-        assert not group.stacked and group.members == [agent]
+    assert box.solo_group().stacked
+    group = recurrent.solo_group()
+    assert not group.stacked and group.members == [recurrent]
     obs = np.random.default_rng(0).uniform(-1, 1, (NUM_ENVS, 5)).astype(np.float32)
     action, log_prob, _, value = box.get_action(obs, deterministic=True)
     with torch.no_grad():
@@ -271,11 +273,13 @@ def test_what_cannot_be_stacked_gets_a_group_of_its_own() -> None:
     with pytest.raises(NotStackableError):
         MemberGroup([members(discrete, share_encoders=True)[0], members(discrete, share_encoders=False)[1]])
     boxes = [PPO(OBS, BOX, net_config=NET, seed=i) for i in range(2)]
-    with pytest.raises(NotStackableError):  # the Gaussian log-std has no population version
-        MemberGroup(boxes)
+    assert MemberGroup(boxes).stacked  # the Gaussian log-std stacks [P, 1, A]
+    lstm = [PPO(OBS, discrete, net_config=LSTM_NET, recurrent=True, seed=i) for i in range(2)]
+    with pytest.raises(NotStackableError):  # LSTM encoders have no population version
+        MemberGroup(lstm)
     groups = make_groups([same, other, members(discrete)[2], *boxes])
-    assert [slots for slots, _ in groups] == [[0, 2], [1], [3], [4]]
-    assert [group.stacked for _, group in groups] == [True, True, False, False]
+    assert [slots for slots, _ in groups] == [[0, 2], [1], [3, 4]]
+    assert [group.stacked for _, group in groups] == [True, True, True]
     assert can_batch([same, *boxes])
     assert not can_batch([same, PPO(OBS, discrete, net_config=LSTM_NET, recurrent=True)])
 
@@ -375,7 +379,9 @@ def test_padded_index_batches_and_agent_rows() -> None:
     np.testing.assert_array_equal(agent_rows([2, 0], 3), [6, 7, 8, 0, 1, 2])
 
 
-def test_ctrl_c_in_a_batched_phase_stops_at_whole_rollouts_and_resumes(tmp_path) -> None:
+def test_a_second_ctrl_c_in_a_batched_phase_stops_at_whole_rollouts_and_resumes(tmp_path) -> None:
+    """The first Ctrl-C waits for the phase's end (here: never); the second stops it early, at a
+    whole rollout of every member."""
     env = cartpole()
 
     def population() -> list[PPO]:
@@ -384,7 +390,12 @@ def test_ctrl_c_in_a_batched_phase_stops_at_whole_rollouts_and_resumes(tmp_path)
                     learn_step=learn_step, batch_size=64) for i, learn_step in enumerate([256, 512])]
 
     population()  # the first optimizer import is slow: not inside the timed run
-    timer = threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT))
+    def press_twice() -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.3)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    timer = threading.Timer(1.0, press_twice)
     timer.start()
     with pytest.raises(TrainingInterrupted) as info:
         train_on_policy(env, "CartPole-v1", "PPO", population(), max_steps=10_000_000, evo_steps=10_000_000,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -95,6 +95,8 @@ class StochasticActor(EvolvableNetwork):
 
     head: EvolvableMLP
     log_std: nn.Parameter
+    population_broadcast_parameters: ClassVar[tuple[str, ...]] = ("log_std",)
+    """Stacked ``[P, 1, A]``: each member's log-std applies to all of its rows."""
 
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, net_spec: SpecLike = None, *,
                  action_std_init: float = 0.6, recurrent: bool = False, device: torch.device | str | None = None,

@@ -318,18 +318,27 @@ def _phantom_after(block: DenseBlock) -> DenseBlock:
 
 def _stacked_container(modules: Sequence[nn.Module], path: str = "", member_paths: Sequence[str] | None = None,
                        paths: MemberPaths | None = None) -> nn.Module:
-    """A shallow copy of ``modules[0]`` whose children are stacked; it must own no weights itself."""
+    """A shallow copy of ``modules[0]`` whose children are stacked. Weights it owns directly must
+    be ones its class lists in ``population_broadcast_parameters``: per-member vectors applied to
+    every row (a Gaussian policy's log-std), stacked ``[P, 1, *shape]`` so they broadcast over the
+    rows of ``[P, rows, ...]`` outputs."""
     member_paths = member_paths if member_paths is not None else [""] * len(modules)
     paths = paths if paths is not None else {}
     first = modules[0]
-    if any(param is not None for param in first._parameters.values()):
+    direct = [name for name, param in first._parameters.items() if param is not None]
+    if direct:
+        broadcast = set(getattr(first, "population_broadcast_parameters", ()))
         if not first._modules:
             return _stateless(first)
-        raise NotStackableError(f"{type(first).__name__} owns weights directly and has no population version")
+        if not set(direct) <= broadcast:
+            raise NotStackableError(f"{type(first).__name__} owns weights directly and has no population version")
     if not first._modules:
         return _stateless(first)
     container = copy.copy(first)
-    container._parameters = {}
+    container._parameters = {name: nn.Parameter(_stack([module._parameters[name] for module in modules]).unsqueeze(1))
+                             for name in direct}
+    if direct:
+        object.__setattr__(container, "member_layout", _broadcast_layout)
     container._buffers = dict(_shared_buffers(modules))
     container._non_persistent_buffers_set = set(first._non_persistent_buffers_set)
     container._modules = {}
@@ -342,6 +351,11 @@ def _stacked_container(modules: Sequence[nn.Module], path: str = "", member_path
         container._modules[name] = _stacked_child(siblings, f"{path}.{name}" if path else name,  # type: ignore[arg-type]
                                                   child_paths, paths)
     return container
+
+
+def _broadcast_layout(name: str, tensor: torch.Tensor) -> torch.Tensor:
+    """A container's broadcast weight ``[P, 1, *shape]`` as the members' ``[P, *shape]``."""
+    return tensor.squeeze(1)
 
 
 def _shared_buffers(modules: Sequence[nn.Module]) -> Iterator[tuple[str, torch.Tensor | None]]:
