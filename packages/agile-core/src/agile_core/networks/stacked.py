@@ -335,8 +335,8 @@ def _stacked_container(modules: Sequence[nn.Module], path: str = "", member_path
     if not first._modules:
         return _stateless(first)
     container = copy.copy(first)
-    container._parameters = {name: nn.Parameter(_stack([module._parameters[name] for module in modules]).unsqueeze(1))
-                             for name in direct}
+    container._parameters = {name: nn.Parameter(_stack([cast(torch.Tensor, module._parameters[name])
+                                                        for module in modules]).unsqueeze(1)) for name in direct}
     if direct:
         object.__setattr__(container, "member_layout", _broadcast_layout)
     container._buffers = dict(_shared_buffers(modules))
