@@ -10,12 +10,14 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["LocalTrainer", "Trainer", "TrainingManifest", "models", "training"]
+__all__ = ["ArenaClient", "ArenaTrainer", "LocalTrainer", "Trainer", "TrainingManifest", "models", "training"]
 
 _LAZY: dict[str, str] = {
     "TrainingManifest": "agile_core.specs.manifest:TrainingManifest",
     "LocalTrainer": "agile_core.trainer:LocalTrainer",
     "Trainer": "agile_core.trainer:Trainer",
+    "ArenaTrainer": "agile_arena.trainer:ArenaTrainer",
+    "ArenaClient": "agile_arena.client:ArenaClient",
 }
 
 

@@ -6,9 +6,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from agile_cli.commands import dataset, evaluate, plot, schema, train, validate
+from agile_cli.commands import arena, dataset, evaluate, plot, schema, train, validate
 
-COMMANDS = (train, evaluate, plot, validate, schema, dataset)
+COMMANDS = (train, evaluate, plot, validate, schema, dataset, arena)
 
 
 def build_parser() -> argparse.ArgumentParser:

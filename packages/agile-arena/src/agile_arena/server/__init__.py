@@ -1,0 +1,43 @@
+"""`agile arena serve`: the self-hosted training server (the extra `agile-arena[server]`).
+
+`serve(...)` runs the HTTP API of the arena contract on uvicorn; `create_key(...)` adds an API key.
+Nothing heavy is imported here: starlette and uvicorn load when `serve` runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+DEFAULT_PORT = 8470
+DEFAULT_MAX_REQUEST_BYTES = 1_048_576
+
+__all__ = ["DEFAULT_MAX_REQUEST_BYTES", "DEFAULT_PORT", "create_key", "serve"]
+
+
+def serve(data_dir: str | Path, host: str = "127.0.0.1", port: int = DEFAULT_PORT, slots: int = 1,
+          max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, *, device: str = "cpu",
+          stop_grace: float = 20.0) -> None:
+    """Serve the API on `host:port` (0 picks a free port) until SIGINT/SIGTERM; prints
+    `agile arena server listening on http://HOST:PORT` once it accepts requests. At most `slots`
+    jobs train at once; `stop_grace` seconds after SIGTERM a stopping worker gets SIGKILL."""
+    from agile_arena.server.serving import run_server
+
+    run_server(Path(data_dir), host, port, slots, max_request_bytes, device=device, stop_grace=stop_grace)
+
+
+def create_key(data_dir: str | Path, name: str) -> str:
+    """Create an API key called `name` for the server at `data_dir`; only its SHA-256 is stored.
+    Returns the key (shown once: it cannot be recovered)."""
+    from agile_arena.server.auth import hash_key, new_key
+    from agile_arena.server.store import Store
+
+    name = name.strip()
+    if not name or len(name) > 100:
+        raise ValueError("a key name must be 1 to 100 characters")
+    key = new_key()
+    store = Store(Path(data_dir))
+    try:
+        store.add_key(name, hash_key(key))
+    finally:
+        store.close()
+    return key

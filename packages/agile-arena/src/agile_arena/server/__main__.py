@@ -1,0 +1,75 @@
+"""`python -m agile_arena.server serve|create-key`: the arena server's command line."""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import sys
+
+from agile_arena.server import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_PORT, create_key, serve
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port in 0..65535, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `serve` and `create-key` subcommands."""
+    parser = argparse.ArgumentParser(prog="python -m agile_arena.server",
+                                     description="Self-hosted agile training server (arena).")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("serve", help="run the HTTP API and the job workers")
+    run.add_argument("--data-dir", required=True, help="store, job folders and run directories")
+    run.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    run.add_argument("--port", type=_port, default=DEFAULT_PORT, help=f"port (default: {DEFAULT_PORT}; 0 = any free port)")
+    run.add_argument("--slots", type=_positive, default=1, help="jobs that train at once (default: 1)")
+    run.add_argument("--max-request-bytes", type=_positive, default=DEFAULT_MAX_REQUEST_BYTES,
+                     help=f"largest request body (default: {DEFAULT_MAX_REQUEST_BYTES})")
+    run.add_argument("--device", default="cpu", help="torch device of the workers (default: cpu)")
+    run.add_argument("--stop-grace", type=float, default=20.0,
+                     help="seconds a stopping worker gets to checkpoint before SIGKILL (default: 20)")
+    key = sub.add_parser("create-key", help="create an API key (printed once; only its hash is stored)")
+    key.add_argument("--data-dir", required=True)
+    key.add_argument("name", help="who the key is for")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run a subcommand; 0 on success, 2 on bad input."""
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "create-key":
+            print(create_key(args.data_dir, args.name))
+            return 0
+        serve(args.data_dir, args.host, args.port, args.slots, args.max_request_bytes, device=args.device,
+              stop_grace=args.stop_grace)
+    except ValueError as exc:
+        print(f"agile arena: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"agile arena: {exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""), file=sys.stderr)
+        return 2
+    except sqlite3.Error as exc:
+        print(f"agile arena: cannot use the store in {args.data_dir}: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,271 @@
+"""The Starlette application: the /v1 routes of the arena contract (docs/arena.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from anyio import to_thread
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from agile_arena.server import files, logs
+from agile_arena.server.auth import bearer_token, hash_key
+from agile_arena.server.errors import ApiError
+from agile_arena.server.limits import BodyLimit
+from agile_arena.server.paths import UnsafePath, resolve_inside
+from agile_arena.server.runner import ResumeRefused, Runner
+from agile_arena.server.store import Job, Store
+from agile_arena.server.validation import InvalidManifest, validate_manifest_text
+
+RESOURCE_ID = "local"
+_JOB_ID = re.compile(r"[0-9a-f]{16}")
+_TEXT_FIELDS = {"filename": 255, "experiment_name": 200, "project": 200, "resource_id": 100}
+
+
+def version() -> str:
+    """The installed agile-arena version."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("agile-arena")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def create_app(data_dir: Path, slots: int = 1, max_request_bytes: int = 1_048_576, device: str = "cpu",
+               stop_grace: float = 20.0) -> Starlette:
+    """The app for one data directory; `slots` jobs run at once, bodies over `max_request_bytes` get 413."""
+    data_dir = data_dir.resolve()
+    store = Store(data_dir)
+    runner = Runner(store, data_dir, slots, device=device, stop_grace=stop_grace)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await runner.start()
+        try:
+            yield
+        finally:
+            await runner.shutdown()
+            store.close()
+
+    def owner(request: Request) -> int:
+        key = bearer_token(request.headers.get("authorization"))
+        key_id = store.key_id_for_hash(hash_key(key)) if key else None
+        if key_id is None:
+            raise ApiError("unauthorized", "a valid API key is required (Authorization: Bearer <key>)")
+        return key_id
+
+    def own_job(request: Request) -> Job:
+        key_id = owner(request)
+        job_id = request.path_params["job_id"]
+        job = store.get(job_id, key_id) if _JOB_ID.fullmatch(job_id) else None
+        if job is None:
+            raise ApiError("not_found", f"no experiment {job_id!r}")
+        return job
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok", "version": version()})
+
+    async def resources(request: Request) -> Response:
+        owner(request)
+        running, queued = runner.counts()
+        return JSONResponse([{"id": RESOURCE_ID, "slots": slots, "running": running, "queued": queued}])
+
+    async def submit(request: Request) -> Response:
+        key_id = owner(request)
+        fields = _submission(await request.body())
+        job_id = secrets.token_hex(8)
+        job_dir = runner.job_dir(job_id)
+        filename = os.path.basename(fields["filename"] or "manifest.yaml") or "manifest.yaml"
+        try:
+            valid = await to_thread.run_sync(validate_manifest_text, fields["manifest"], filename, job_dir)
+        except InvalidManifest as exc:
+            raise ApiError("validation", f"{filename}: the manifest is invalid", exc.errors) from None
+        job_dir.mkdir(parents=True, mode=0o700)
+        _write_atomically(job_dir / "manifest.yaml", fields["manifest"])
+        (job_dir / "log.txt").touch()
+        job = store.add_job(job_id, key_id, fields["experiment_name"], fields["project"], RESOURCE_ID,
+                            valid.algorithm, valid.environment)
+        runner.wake()
+        return JSONResponse(job.public(), status_code=201)
+
+    async def list_jobs(request: Request) -> Response:
+        return JSONResponse([job.public() for job in store.list_for_key(owner(request))])
+
+    async def get_job(request: Request) -> Response:
+        return JSONResponse(own_job(request).public())
+
+    async def job_logs(request: Request) -> Response:
+        job = own_job(request)
+        offset = _int_param(request, "offset", 0)
+        follow = _bool_param(request, "follow", False)
+        path = runner.job_dir(job.id) / "log.txt"
+        size = logs.log_size(path)
+        if offset > size:
+            raise ApiError("bad_request", f"offset {offset} is beyond the end of the log ({size} bytes)")
+
+        def status() -> str | None:
+            current = store.get(job.id)
+            return None if current is None else current.status
+
+        stream = logs.stream_log(path, offset, follow, status, lambda: runner.closing)
+        return StreamingResponse(stream, media_type="application/x-ndjson")
+
+    async def stop(request: Request) -> Response:
+        job = own_job(request)
+        await runner.stop(job.id)
+        return JSONResponse(_fresh(store, job).public())
+
+    async def resume(request: Request) -> Response:
+        job = own_job(request)
+        try:
+            runner.resume(job.id)
+        except ResumeRefused as exc:
+            raise ApiError("conflict", str(exc)) from None
+        return JSONResponse(_fresh(store, job).public())
+
+    async def checkpoints(request: Request) -> Response:
+        job = own_job(request)
+        found = await to_thread.run_sync(files.list_checkpoints, runner.job_dir(job.id) / "run")
+        return JSONResponse(found)
+
+    async def metrics(request: Request) -> Response:
+        job = own_job(request)
+        try:
+            path = resolve_inside(runner.job_dir(job.id) / "run", "metrics.csv")
+            handle = open(path, "rb")  # noqa: SIM115 (closed by the stream)
+        except (UnsafePath, OSError):
+            raise ApiError("not_found", "no metrics yet") from None
+        return StreamingResponse(files.chunks(handle), media_type="text/csv")
+
+    async def download(request: Request) -> Response:
+        job = own_job(request)
+        relative = request.query_params.get("path")
+        if relative is None:
+            raise ApiError("bad_request", "give the file or folder to download as ?path= (relative to the run directory)")
+        run_dir = runner.job_dir(job.id) / "run"
+        try:
+            target = resolve_inside(run_dir, relative)
+        except UnsafePath as exc:
+            raise ApiError("bad_request", f"path {relative!r} refused: {exc}") from None
+        name = target.name or job.id
+        if target.is_dir():
+            handle = await to_thread.run_sync(files.tar_directory, target)
+            media, name = "application/x-tar", f"{name}.tar"
+        elif target.is_file():
+            handle = open(target, "rb")  # noqa: SIM115 (closed by the stream)
+            media = "application/octet-stream"
+        else:
+            raise ApiError("not_found", f"{relative!r} does not exist in the run directory")
+        headers = {"content-length": str(files.size_of(handle)),
+                   "content-disposition": f"attachment; filename=\"{_header_safe(name)}\""}
+        return StreamingResponse(files.chunks(handle), media_type=media, headers=headers)
+
+    async def api_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ApiError)
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        kind = {401: "unauthorized", 404: "not_found", 413: "too_large", 409: "conflict"}.get(exc.status_code)
+        status = exc.status_code if kind else 400 if exc.status_code < 500 else 500
+        body = ApiError(kind or ("bad_request" if status == 400 else "server"), str(exc.detail)).body()
+        return JSONResponse(body, status_code=status)
+
+    async def server_error(request: Request, exc: Exception) -> Response:
+        return JSONResponse(ApiError("server", "internal server error").body(), status_code=500)
+
+    job_route = "/v1/experiments/{job_id}"
+    routes = [
+        Route("/v1/health", health, methods=["GET"]),
+        Route("/v1/resources", resources, methods=["GET"]),
+        Route("/v1/experiments", submit, methods=["POST"]),
+        Route("/v1/experiments", list_jobs, methods=["GET"]),
+        Route(job_route, get_job, methods=["GET"]),
+        Route(f"{job_route}/logs", job_logs, methods=["GET"]),
+        Route(f"{job_route}/stop", stop, methods=["POST"]),
+        Route(f"{job_route}/resume", resume, methods=["POST"]),
+        Route(f"{job_route}/checkpoints", checkpoints, methods=["GET"]),
+        Route(f"{job_route}/metrics", metrics, methods=["GET"]),
+        Route(f"{job_route}/download", download, methods=["GET"]),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    middleware=[Middleware(BodyLimit, limit=max_request_bytes)],
+                    exception_handlers={ApiError: api_error, HTTPException: http_error, Exception: server_error})
+    app.state.store = store
+    app.state.runner = runner
+    return app
+
+
+def _submission(body: bytes) -> dict[str, Any]:
+    """The fields of a POST /v1/experiments body, type-checked."""
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise ApiError("bad_request", "the body must be a JSON object") from None
+    if not isinstance(data, dict):
+        raise ApiError("bad_request", "the body must be a JSON object")
+    manifest = data.get("manifest")
+    if not isinstance(manifest, str) or not manifest.strip():
+        raise ApiError("bad_request", "`manifest` (the manifest's YAML or JSON text) is required",
+                       [{"path": "manifest", "message": "required: a non-empty string"}])
+    fields: dict[str, Any] = {"manifest": manifest}
+    for name, longest in _TEXT_FIELDS.items():
+        value = data.get(name)
+        if value is not None and (not isinstance(value, str) or len(value) > longest):
+            raise ApiError("bad_request", f"`{name}` must be a string of at most {longest} characters",
+                           [{"path": name, "message": f"a string of at most {longest} characters"}])
+        fields[name] = value
+    if fields["resource_id"] not in (None, RESOURCE_ID):
+        raise ApiError("bad_request", f"unknown resource {fields['resource_id']!r}; this server has {RESOURCE_ID!r}",
+                       [{"path": "resource_id", "message": f"must be {RESOURCE_ID!r} or null"}])
+    return fields
+
+
+def _fresh(store: Store, job: Job) -> Job:
+    return store.get(job.id) or job
+
+
+def _int_param(request: Request, name: str, default: int) -> int:
+    text = request.query_params.get(name)
+    if text is None:
+        return default
+    if not text.isdigit():
+        raise ApiError("bad_request", f"`{name}` must be a non-negative integer, got {text[:40]!r}")
+    return int(text)
+
+
+def _bool_param(request: Request, name: str, default: bool) -> bool:
+    text = request.query_params.get(name)
+    if text is None:
+        return default
+    if text.lower() in ("true", "1", "yes"):
+        return True
+    if text.lower() in ("false", "0", "no"):
+        return False
+    raise ApiError("bad_request", f"`{name}` must be true or false, got {text[:40]!r}")
+
+
+def _header_safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name)[:200]
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)

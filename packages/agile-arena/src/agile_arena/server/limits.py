@@ -1,0 +1,68 @@
+"""Request size limit (413) as a plain ASGI middleware: a declared Content-Length over the limit is
+refused before anything is read; a body that grows past it while read (chunked) is refused too."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from agile_arena.server.errors import ApiError
+
+Scope = dict[str, Any]
+DRAIN_LIMIT = 64 * 1024 * 1024
+
+
+class BodyLimit:
+    """Refuse request bodies larger than `limit` bytes with the API's `too_large` error."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None:
+            try:
+                too_large = int(declared) > self.limit
+            except ValueError:
+                too_large = False
+            if too_large:
+                await self._drain(receive, int(declared))
+                await self._refuse(send)
+                return
+        received = 0
+
+        async def limited_receive() -> Any:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.limit:
+                    raise ApiError("too_large", self._message())
+            return message
+
+        await self.app(scope, limited_receive, send)
+
+    def _message(self) -> str:
+        return f"the request body is larger than the server's limit of {self.limit} bytes"
+
+    @staticmethod
+    async def _drain(receive: Any, declared: int) -> None:
+        """Read and drop a refused body of moderate size, so the client, still sending, gets to read
+        the 413 instead of a reset connection (larger bodies: the connection is just closed)."""
+        if declared > DRAIN_LIMIT:
+            return
+        while True:
+            message = await receive()
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                return
+
+    async def _refuse(self, send: Any) -> None:
+        body = json.dumps(ApiError("too_large", self._message()).body()).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                                (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": body})
