@@ -7,24 +7,33 @@ current to the sampling-time probability of a generated token, the loss of a seq
 over its generated tokens of ``-min(r A, clip(r, 1 - clip_coef, 1 + clip_coef) A) + beta * KL``,
 where ``KL`` is the unbiased ``exp(q - p) - (q - p) - 1`` estimate against the reference (the
 shared base, adapters disabled; ``q`` its log-prob, ``p`` the member's); the batch loss is the
-mean over sequences. Each batch is reused for ``update_epochs`` updates.
+mean over sequences. Each batch is reused for ``update_epochs`` updates. With the vLLM backend
+each generated token's term is multiplied by the truncated importance weight between the
+engine's and the trainer's log-probs (:mod:`agile_llm.vllm_backend`).
+Generation, collection, batch tensors and evaluation are :class:`~agile_llm.rollout_learner.RolloutLearner`'s.
 Fitness (``test``): mean return of greedy episodes on the held-out prompts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar, Self
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
 from agile_core.hpo.hyperparameters import HyperparameterConfig
-from agile_llm.algorithm import LoRAFinetuner
-from agile_llm.rollout import Episode, RolloutHarness, run_episodes
+from agile_llm.rollout import Episode
+from agile_llm.rollout_learner import (
+    RolloutLearner,
+    clipped_surrogate,
+    pad_right,
+    sequence_mean,
+    token_logprobs,
+)
 from agile_llm.specs import GRPOSpec
 
-__all__ = ["GRPO", "group_advantages", "token_logprobs"]
+__all__ = ["GRPO", "group_advantages", "pad_right", "token_logprobs"]
 
 _D = GRPOSpec.defaults()
 
@@ -36,27 +45,16 @@ def group_advantages(rewards: torch.Tensor | Sequence[float], group_size: int, e
     return ((r - r.mean(dim=1, keepdim=True)) / (std + eps)).reshape(-1)
 
 
-def pad_right(sequences: Sequence[Sequence[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(ids ``[B, L]``, attention mask) of right-padded sequences."""
-    width = max(len(s) for s in sequences)
-    ids = torch.full((len(sequences), width), int(pad), dtype=torch.long)
-    mask = torch.zeros((len(sequences), width), dtype=torch.long)
-    for row, seq in enumerate(sequences):
-        ids[row, :len(seq)] = torch.tensor(list(seq), dtype=torch.long)
-        mask[row, :len(seq)] = 1
-    return ids, mask
+class GRPO(RolloutLearner):
+    """Group relative policy optimisation of one LoRA adapter per member on a shared base.
 
-
-def token_logprobs(model: Any, ids: torch.Tensor, attention: torch.Tensor) -> torch.Tensor:
-    """Log-prob of each token given the ones before it, ``[B, L - 1]`` (token ``t + 1`` at ``t``)."""
-    logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1].float()
-    return torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-
-
-class GRPO(LoRAFinetuner):
-    """Group relative policy optimisation (see the module docstring); arguments as
-    :class:`LoRAFinetuner` plus the GRPO fields, defaults from :class:`~agile_llm.specs.GRPOSpec`.
-    ``batch_size`` is prompts per step; ``max_length`` is the transcript limit (``max_model_len``)."""
+    Args:
+        model, tokenizer, lora_config, index, hp_config, device, seed, base_dir: As for
+            :class:`~agile_llm.algorithm.LoRAFinetuner`.
+        lr, batch_size, max_length, max_grad_norm, beta, clip_coef, group_size, temperature,
+        max_new_tokens, update_epochs, use_vllm, vllm_config: See
+            :class:`~agile_llm.specs.GRPOSpec`.
+    """
 
     hyperparameter_names: ClassVar[tuple[str, ...]] = (
         "lr", "batch_size", "max_length", "max_grad_norm", "beta", "clip_coef", "group_size", "temperature",
@@ -67,7 +65,8 @@ class GRPO(LoRAFinetuner):
                  max_grad_norm: float | None = _D["max_grad_norm"], beta: float = _D["beta"],
                  clip_coef: float = _D["clip_coef"], group_size: int = _D["group_size"],
                  temperature: float = _D["temperature"], max_new_tokens: int = _D["max_new_tokens"],
-                 update_epochs: int = _D["update_epochs"], index: int = 0,
+                 update_epochs: int = _D["update_epochs"], use_vllm: bool = _D["use_vllm"],
+                 vllm_config: Mapping[str, Any] | None = None, index: int = 0,
                  hp_config: HyperparameterConfig | None = None, device: str | torch.device = "cpu",
                  seed: int | None = None, base_dir: str | None = None) -> None:
         GRPOSpec.check_values({"lr": lr, "batch_size": batch_size, "max_length": max_length,
@@ -75,113 +74,23 @@ class GRPO(LoRAFinetuner):
                                "group_size": group_size, "temperature": temperature,
                                "max_new_tokens": max_new_tokens, "update_epochs": update_epochs})
         super().__init__(model, tokenizer=tokenizer, lora_config=lora_config, lr=lr, batch_size=batch_size,
-                         max_length=max_length, max_grad_norm=max_grad_norm, index=index, hp_config=hp_config,
-                         device=device, seed=seed, base_dir=base_dir)
-        self.beta = float(beta)
+                         max_length=max_length, max_grad_norm=max_grad_norm, beta=beta, temperature=temperature,
+                         max_new_tokens=max_new_tokens, group_size=group_size, use_vllm=use_vllm,
+                         vllm_config=vllm_config, index=index, hp_config=hp_config, device=device, seed=seed,
+                         base_dir=base_dir)
         self.clip_coef = float(clip_coef)
-        self.group_size = int(group_size)
-        self.temperature = float(temperature)
-        self.max_new_tokens = int(max_new_tokens)
         self.update_epochs = int(update_epochs)
 
-    # ------------------------------------------------------------------ generation
-    @torch.no_grad()
-    def generate(self, contexts: list[list[int]], max_new_tokens: int, greedy: bool = False) -> list[list[int]]:
-        """Continue each token context (left-padded batch, position ids from the mask) by
-        sampling at ``temperature`` (or greedily); each output stops after its first EOS."""
-        model: Any = self.policy(training=False)
-        tok = self.tokenizer
-        pad = int(tok.pad_token_id if tok.pad_token_id is not None else 0)
-        width = max(len(c) for c in contexts)
-        ids = torch.full((len(contexts), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(contexts), width), dtype=torch.long)
-        for row, ctx in enumerate(contexts):
-            ids[row, width - len(ctx):] = torch.tensor(ctx, dtype=torch.long)
-            mask[row, width - len(ctx):] = 1
-        sampling: dict[str, Any] = ({"do_sample": False} if greedy or self.temperature <= 0 else
-                                    {"do_sample": True, "temperature": self.temperature, "top_k": 0, "top_p": 1.0})
-        out = model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
-                             max_new_tokens=max_new_tokens, pad_token_id=pad, eos_token_id=tok.eos_token_id,
-                             **sampling)
-        results = []
-        for row in out[:, width:].tolist():
-            if tok.eos_token_id is not None and tok.eos_token_id in row:
-                row = row[:row.index(tok.eos_token_id) + 1]
-            results.append([int(t) for t in row] or [int(tok.eos_token_id if tok.eos_token_id is not None else pad)])
-        return results
-
-    def collect(self, env_factory: Callable[[], RolloutHarness], seeds: Sequence[int]) -> list[Episode]:
-        """``group_size`` sampled episodes for each prompt seed, group after group."""
-        harnesses = [env_factory() for _ in range(len(seeds) * self.group_size)]
-        group_seeds = [int(s) for s in seeds for _ in range(self.group_size)]
-        return run_episodes(harnesses, group_seeds, self.generate, self.max_new_tokens)
-
-    def sample_seeds(self) -> list[int]:
-        """``batch_size`` prompt seeds drawn with the member's generator."""
-        return [int(s) for s in self.rng.integers(0, 2**31 - 1, size=self.batch_size)]
-
-    # ------------------------------------------------------------------ learning
-    def _tensors(self, episodes: Sequence[Episode]) -> dict[str, torch.Tensor]:
-        pad = int(self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0)
-        ids, attention = pad_right([e.ids for e in episodes], pad)
-        loss_mask, _ = pad_right([e.mask for e in episodes], 0)
-        ids, attention = ids.to(self.device), attention.to(self.device)
-        model: Any = self.policy(training=False)
-        with torch.no_grad():
-            old = token_logprobs(model, ids, attention)
-            with self.base.reference_model(self.adapter_name) as reference:
-                ref = token_logprobs(reference, ids, attention)
-        return {"ids": ids, "attention": attention, "mask": loss_mask[:, 1:].float().to(self.device),
-                "old": old, "ref": ref}
-
-    def learn(self, batch: Any) -> dict[str, float]:
-        """One GRPO update on `batch`, a list of episodes (``group_size`` per prompt, group after
-        group): the ``P = 1`` case of :meth:`learn_members`."""
-        return type(self).learn_members([self], [batch])[0]
-
-    @classmethod
-    def learn_members(cls, members: Sequence[Self], batches: Sequence[Any]) -> list[dict[str, float]]:
-        """``update_epochs`` GRPO updates per member on its episodes (``group_size`` per prompt,
-        group after group)."""
-        losses = []
-        for agent, episodes in zip(members, batches, strict=True):
-            rewards = [e.reward for e in episodes]
-            adv = group_advantages(rewards, agent.group_size).to(agent.device)
-            t = agent._tensors(episodes)
-            mask = t["mask"]
-            count = mask.sum(-1).clamp(min=1)
-            stats: dict[str, float] = {}
-            for _ in range(agent.update_epochs):
-                logp = token_logprobs(agent.policy(training=True), t["ids"], t["attention"])
-                ratio = torch.exp(logp - t["old"])
-                a = adv.unsqueeze(-1)
-                surrogate = torch.min(ratio * a, ratio.clamp(1 - agent.clip_coef, 1 + agent.clip_coef) * a)
-                diff = t["ref"] - logp
-                kl = torch.exp(diff) - diff - 1
-                per_token = -surrogate + agent.beta * kl
-                loss = ((per_token * mask).sum(-1) / count).mean()
-                agent._step(loss)
-                stats = {"loss": float(loss.detach()), "kl": float(((kl * mask).sum(-1) / count).mean().detach()),
-                         "reward": float(np.mean(rewards))}
-            losses.append(stats)
-        return losses
-
-    # ------------------------------------------------------------------ evaluation
-    def evaluate_episodes(self, env_factory: Callable[[], RolloutHarness],
-                          episodes: int | None = None) -> list[Episode]:
-        """Greedy episodes on the held-out prompts (every one the environment has, else `episodes`)."""
-        probe = env_factory()
-        count = int(episodes if episodes is not None else getattr(probe.env, "num_test", 1))
-        harnesses = [probe] + [env_factory() for _ in range(count - 1)]
-        return run_episodes(harnesses, list(range(count)), lambda c, n: self.generate(c, n, greedy=True),
-                            self.max_new_tokens, options={"split": "test"})
-
-    def evaluate_reward(self, env_factory: Callable[[], RolloutHarness], episodes: int | None = None) -> float:
-        """Mean return of :meth:`evaluate_episodes`."""
-        return float(np.mean([e.reward for e in self.evaluate_episodes(env_factory, episodes)]))
-
-    def test(self, env: Any, *args: Any, **kwargs: Any) -> float:
-        """Fitness: :meth:`evaluate_reward` with `env` a harness factory (appended to ``fitness``)."""
-        fitness = self.evaluate_reward(env, kwargs.get("episodes"))
-        self.fitness.append(fitness)
-        return fitness
+    def update(self, episodes: list[Episode]) -> dict[str, float]:
+        """``update_epochs`` GRPO updates on `episodes` (``group_size`` per prompt, group after group)."""
+        batch = self.rollout_batch(episodes)
+        adv = group_advantages(batch.rewards, self.group_size).to(self.device).unsqueeze(-1)
+        stats: dict[str, float] = {}
+        for _ in range(self.update_epochs):
+            logp = token_logprobs(self.policy(training=True), batch.ids, batch.attention)
+            penalty, kl_stats = self.kl_term(logp, batch)
+            per_token = -batch.weights * clipped_surrogate(logp, batch.old, adv, self.clip_coef) + penalty
+            loss = sequence_mean(per_token, batch.mask)
+            self._step(loss)
+            stats = {"loss": float(loss.detach()), **kl_stats, "reward": float(np.mean(batch.rewards))}
+        return stats

@@ -1,5 +1,5 @@
-"""Entry points of the LLM paradigms, dataset (SFT, DPO) and rollout (GRPO); import no torch,
-only specs."""
+"""Entry points of the LLM paradigms, dataset (SFT, DPO) and rollout (GRPO, LLMPPO, LLMREINFORCE);
+import no torch, only specs."""
 
 from agile_core.registry import Paradigm
 from agile_llm.specs import (
@@ -7,6 +7,8 @@ from agile_llm.specs import (
     FinetuningNetworkSpec,
     GRPOSpec,
     LLMDatasetEnvSpec,
+    LLMPPOSpec,
+    LLMREINFORCESpec,
     LLMRolloutEnvSpec,
     SFTSpec,
 )
@@ -21,18 +23,20 @@ LLM_DATASET = Paradigm(
         "train_loop": "agile_llm.run:train_loop",
         "make_env": "agile_llm.run:make_env",
         "make_population": "agile_llm.run:make_population",
+        "evaluate_checkpoint": "agile_llm.evaluation:evaluate_checkpoint",
     },
 )
 
 LLM_ROLLOUT = Paradigm(
     name="llm_rollout",
     distribution="agile-llm",
-    algorithms=(GRPOSpec,),
+    algorithms=(GRPOSpec, LLMPPOSpec, LLMREINFORCESpec),
     env_spec=LLMRolloutEnvSpec,
     network_spec=FinetuningNetworkSpec,
     hooks={
         "train_loop": "agile_llm.run:rollout_train_loop",
         "make_env": "agile_llm.run:make_rollout_env",
         "make_population": "agile_llm.run:make_rollout_population",
+        "evaluate_checkpoint": "agile_llm.evaluation:evaluate_checkpoint",
     },
 )

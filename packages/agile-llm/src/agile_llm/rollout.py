@@ -26,8 +26,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-__all__ = ["Episode", "PromptAnswerEnv", "RolloutHarness", "TextEnv", "load_env_factory", "load_reward_fn",
-           "run_episodes"]
+__all__ = ["Completion", "Episode", "PromptAnswerEnv", "RolloutHarness", "TextEnv", "load_env_factory",
+           "load_reward_fn", "run_episodes"]
 
 RewardFn = Callable[[str, str, str], float]
 
@@ -52,6 +52,12 @@ class Episode:
     """Reward of each turn."""
     completions: list[str] = field(default_factory=list)
     """Decoded completion of each turn."""
+    turn_starts: list[int] = field(default_factory=list)
+    """Index in ``ids`` of the first generated token of each turn (the turn's tokens run to the
+    next feedback; the token before it is the last one of the context the turn answered)."""
+    sample_logprobs: list[float] | None = None
+    """Log-prob of each token under the sampler that generated it, aligned with ``ids`` (0 on
+    prompt and feedback), when the generation backend reports them (vLLM); None otherwise."""
     prompt: str = ""
     """The first observation."""
     terminated: bool = False
@@ -62,6 +68,16 @@ class Episode:
     def reward(self) -> float:
         """The episode's return (sum of turn rewards)."""
         return float(sum(self.rewards))
+
+
+@dataclass
+class Completion:
+    """One turn's generated tokens and, when the backend reports them, their sampling log-probs."""
+
+    ids: list[int]
+    """Generated token ids (up to and including EOS)."""
+    logprobs: list[float] | None = None
+    """Log-prob of each generated token under the sampler (same length as ``ids``), or None."""
 
 
 def _call(timeout: float | None, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -124,14 +140,27 @@ class RolloutHarness:
         """Tokens the policy may still generate before the transcript reaches ``max_model_len``."""
         return None if self.max_model_len is None else self.max_model_len - len(self.episode.ids)
 
-    def step(self, completion_ids: Sequence[int]) -> tuple[list[int] | None, float, bool, bool, dict[str, Any]]:
-        """Append the policy's tokens, pass their text to the environment and append its
-        tokenised feedback; (feedback ids or None when the episode ended, reward, terminated,
-        truncated, info)."""
+    def step(self, completion_ids: Sequence[int] | Completion,
+             logprobs: Sequence[float] | None = None) -> tuple[list[int] | None, float, bool, bool, dict[str, Any]]:
+        """Append the policy's tokens (and their sampling log-probs when given), pass their text
+        to the environment and append its tokenised feedback; (feedback ids or None when the
+        episode ended, reward, terminated, truncated, info)."""
         if self.episode.done:
             raise RuntimeError("step() after the episode ended: call reset()")
+        if isinstance(completion_ids, Completion):
+            logprobs = completion_ids.logprobs
+            completion_ids = completion_ids.ids
         ep = self.episode
         completion_ids = [int(t) for t in completion_ids]
+        if logprobs is not None:
+            if len(logprobs) != len(completion_ids):
+                raise ValueError(f"{len(logprobs)} log-probs for {len(completion_ids)} generated tokens")
+            if ep.sample_logprobs is None:
+                ep.sample_logprobs = [0.0] * len(ep.ids)
+            ep.sample_logprobs.extend(float(x) for x in logprobs)
+        elif ep.sample_logprobs is not None:
+            raise ValueError("this episode's earlier turns carried sampling log-probs; this one has none")
+        ep.turn_starts.append(len(ep.ids))
         ep.ids.extend(completion_ids)
         ep.mask.extend([1] * len(completion_ids))
         text = self.tokenizer.decode(completion_ids, skip_special_tokens=True)
@@ -148,6 +177,8 @@ class RolloutHarness:
             else:
                 ep.ids.extend(feedback)
                 ep.mask.extend([0] * len(feedback))
+                if ep.sample_logprobs is not None:
+                    ep.sample_logprobs.extend([0.0] * len(feedback))
         elif not (terminated or truncated):
             truncated = True  # max_turns reached or no further observation
         ep.terminated, ep.truncated = bool(terminated), bool(truncated)
@@ -156,11 +187,12 @@ class RolloutHarness:
 
 
 def run_episodes(harnesses: Sequence[RolloutHarness], seeds: Sequence[int | None],
-                 generate: Callable[[list[list[int]], int], list[list[int]]], max_new_tokens: int,
+                 generate: Callable[[list[list[int]], int], Sequence[list[int] | Completion]], max_new_tokens: int,
                  options: Mapping[str, Any] | None = None) -> list[Episode]:
     """Run one episode in each harness in lockstep: every turn, `generate(contexts,
-    max_new_tokens)` continues the transcripts of the running episodes (one batch), then each
-    environment steps. An episode whose transcript is full ends with ``truncated``."""
+    max_new_tokens)` continues the transcripts of the running episodes (one batch; token lists,
+    or :class:`Completion` objects carrying sampling log-probs), then each environment steps.
+    An episode whose transcript is full ends with ``truncated``."""
     for harness, seed in zip(harnesses, seeds, strict=True):
         harness.reset(seed=seed, options=options)
     while True:

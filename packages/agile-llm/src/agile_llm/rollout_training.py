@@ -1,9 +1,10 @@
-"""`train_llm_rollout`: evolve a population of GRPO members on rollout (text) environments.
+"""`train_llm_rollout`: evolve a population of rollout learners (GRPO, LLMPPO, LLMREINFORCE) on
+rollout (text) environments.
 
 Built on core's :class:`~agile_core.training.generations.GenerationLoop` (reporting, periodic
 and Ctrl-C checkpoints, elite saving, resume). One training step is one learning step of every
 member: ``batch_size`` prompts drawn with the member's generator, ``group_size`` sampled episodes
-each, then the GRPO update. A generation is ``evo_steps`` steps (else ``evaluation_interval``)
+each, then the algorithm's update. A generation is ``evo_steps`` steps (else ``evaluation_interval``)
 and ends with every member's ``test``: greedy episodes on the held-out prompts (fitness: mean
 return), then selection and mutation.
 """
@@ -26,8 +27,8 @@ from agile_core.training.arguments import positive_int
 from agile_core.training.generations import GenerationLoop, PhaseResult
 from agile_core.training.population import record_losses
 from agile_core.training.profiling import PROFILER
-from agile_llm.grpo import GRPO
 from agile_llm.rollout import Episode, RolloutHarness
+from agile_llm.rollout_learner import RolloutLearner
 from agile_llm.training import check_resume_base
 
 __all__ = ["CompletionLoggingConfig", "train_llm_rollout"]
@@ -99,10 +100,11 @@ def train_llm_rollout(
     mut_p: dict[str, Any] | None = None,
     env_name: str = "rollout",
 ) -> tuple[list[Any], list[float]]:
-    """Train a population of GRPO agents on episodes from `env_factory`.
+    """Train a population of rollout agents (GRPO, LLMPPO or LLMREINFORCE) on episodes from
+    `env_factory`.
 
     Args:
-        pop: GRPO agents, normally sharing one base model.
+        pop: Agents of one rollout algorithm, normally sharing one base model.
         max_turns: Policy turns per episode at most (overrides the harness's ``max_turns``).
         env_factory: Zero-argument factory of a fresh :class:`RolloutHarness` (one per episode).
         init_hp: Initial hyperparameters (logged).
@@ -133,8 +135,9 @@ def train_llm_rollout(
     """
     if not pop:
         raise ValueError("pop must contain at least one agent")
-    if not all(isinstance(agent, GRPO) for agent in pop) or len({type(a) for a in pop}) != 1:
-        raise TypeError("train_llm_rollout trains a population of agile_llm GRPO agents (one algorithm)")
+    if not all(isinstance(agent, RolloutLearner) for agent in pop) or len({type(a) for a in pop}) != 1:
+        raise TypeError("train_llm_rollout trains a population of agile_llm rollout agents (GRPO, LLMPPO or "
+                        "LLMREINFORCE; one algorithm)")
     max_turns = positive_int("max_turns", max_turns)
     eval_loop = positive_int("eval_loop", eval_loop)
     logging = (CompletionLoggingConfig(**completion_logging) if isinstance(completion_logging, Mapping)

@@ -82,7 +82,7 @@ def train_loop(env: DatasetEnv, env_name: str, algo: str, pop: list[Any], *, max
         target=target, seed=seed, mut_p=mut_p)
 
 
-# ---------------------------------------------------------------------- rollout paradigm (GRPO)
+# ---------------------------------------------------------------------- rollout paradigm (GRPO, LLMPPO, LLMREINFORCE)
 class RolloutSource:
     """What ``make_rollout_env`` returns: the environment section resolved (reward function or
     environment class loaded); :meth:`bind` with the population's tokenizer gives the harness
@@ -143,7 +143,15 @@ def make_rollout_env(spec: Any, base_dir: str | Path | None = None, seed: int | 
 
 
 def make_rollout_population(manifest: TrainingManifest, env: RolloutSource, hp_config: Any, device: str) -> list[Any]:
-    """`pop_size` GRPO members on ONE shared base; binds the environment to its tokenizer."""
+    """`pop_size` members of the rollout algorithm on ONE shared base; binds the environment to
+    its tokenizer. ``algorithm.use_vllm`` where vLLM cannot run is a ManifestError on that field."""
+    if getattr(manifest.algorithm, "use_vllm", False):
+        from agile_llm.vllm_backend import VLLMUnavailableError, require_vllm
+
+        try:
+            require_vllm()
+        except VLLMUnavailableError as error:
+            raise ManifestError([ManifestIssue(("algorithm", "use_vllm"), str(error))]) from error
     population = make_population_only(manifest, hp_config, device)
     env.tokenizer = population[0].tokenizer
     env.max_length = population[0].max_length

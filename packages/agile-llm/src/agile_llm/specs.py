@@ -1,8 +1,9 @@
-"""Registered manifest sections of the LLM dataset paradigm (import no torch).
+"""Registered manifest sections of the LLM dataset and rollout paradigms (import no torch).
 
 * ``network``: :class:`FinetuningNetworkSpec` (pretrained model and LoRA settings);
 * ``environment``: :class:`LLMDatasetEnvSpec` (local dataset files, columns, template, split);
-* ``algorithm``: :class:`SFTSpec` and :class:`DPOSpec`.
+* ``algorithm``: :class:`SFTSpec` and :class:`DPOSpec` (datasets); :class:`GRPOSpec`,
+  :class:`LLMPPOSpec` and :class:`LLMREINFORCESpec` (rollouts, with :class:`VLLMConfigSpec`).
 
 Default choices (AgileRL's ALGORITHMS.md has none for LLMs): learning rates are the usual LoRA
 ranges (SFT 2e-4, DPO 5e-5: preference optimisation drifts from the reference quickly), DPO's
@@ -24,7 +25,8 @@ PositiveInt = Annotated[int, Field(ge=1)]
 PositiveFloat = Annotated[float, Field(gt=0.0)]
 NonNegative = Annotated[float, Field(ge=0.0)]
 
-__all__ = ["DPOSpec", "FinetuningNetworkSpec", "GRPOSpec", "LLMDatasetEnvSpec", "LLMRolloutEnvSpec", "LoraConfigSpec", "SFTSpec"]
+__all__ = ["DPOSpec", "FinetuningNetworkSpec", "GRPOSpec", "LLMDatasetEnvSpec", "LLMPPOSpec", "LLMREINFORCESpec",
+           "LLMRolloutEnvSpec", "LoraConfigSpec", "SFTSpec", "VLLMConfigSpec"]
 
 
 class LoraConfigSpec(Spec):
@@ -141,13 +143,43 @@ class DPOSpec(_LLMSpec):
     mutable_by_default: ClassVar[tuple[str, ...]] = ("lr", "beta")
 
 
-class GRPOSpec(_LLMSpec):
-    """Group Relative Policy Optimisation (Shao et al., 2024) on rollout environments, with a
-    clipped ratio and a KL penalty to the frozen base (adapters disabled). Fitness: mean return
-    of greedy episodes on the held-out prompts."""
+class VLLMConfigSpec(Spec):
+    """Settings of the vLLM generation engine (``algorithm.vllm_config``; used only with
+    ``use_vllm: true``, which needs the extra ``pip install 'agile-llm[vllm]'`` and a CUDA GPU).
+    One engine serves the whole population: it holds the shared base once, with LoRA enabled, and
+    each member's adapter is synced to it before the member's rollouts."""
 
-    name: Literal["GRPO"] = "GRPO"
-    """Algorithm name."""
+    gpu_memory_utilization: Annotated[float, Field(gt=0.0, le=1.0)] = 0.3
+    """Share of the GPU memory vLLM may take (weights and KV cache). Lower than vLLM's own 0.9
+    because the trainer's copy of the base, the adapters, optimizer states and activations share
+    the GPU."""
+    max_num_seqs: PositiveInt = 64
+    """Sequences vLLM schedules at once (at least ``batch_size * group_size`` avoids queueing)."""
+    tensor_parallel_size: PositiveInt = 1
+    """GPUs the engine shards the base across."""
+    max_model_len: PositiveInt | None = None
+    """Context length of the engine in tokens; null: the algorithm's ``max_length``."""
+    max_lora_rank: PositiveInt | None = None
+    """Largest adapter rank the engine accepts; null: ``network.lora_config.lora_r`` rounded up
+    to a rank vLLM supports (8, 16, 32, ...)."""
+    max_loras: PositiveInt = 1
+    """Adapters resident in the engine at once (one member's rollouts run at a time)."""
+    enforce_eager: bool = False
+    """Skip CUDA graph capture (starts faster, generates slower)."""
+    seed: int | None = None
+    """Seed of the engine's sampler; null: vLLM's default."""
+    importance_sampling_cap: PositiveFloat = 2.0
+    """Cap ``C`` of the truncated importance weight ``min(exp(log p_trainer - log p_vllm), C)``
+    that multiplies each generated token's policy loss: the engine's kernels give slightly
+    different probabilities than the trainer's forward, so its samples are mildly off-policy;
+    the cap bounds the variance a rare large ratio would add (2.0, the value of Yao et al.,
+    2025, "Your efficient RL framework secretly brings you off-policy RL training")."""
+
+
+class _RolloutSpec(_LLMSpec):
+    """Fields every rollout (online RL) LLM algorithm shares: sampling, the KL penalty and the
+    generation backend."""
+
     lr: PositiveFloat = 1e-5
     """Adam learning rate of the member's LoRA adapter (RL finetuning of pretrained models uses
     1e-6..1e-5; tiny untrained models need far more)."""
@@ -157,20 +189,95 @@ class GRPOSpec(_LLMSpec):
     """Longest transcript in tokens (prompt, completions and feedback of every turn): an episode
     whose next turn would not fit ends with ``truncated``; ``network.max_context_length`` wins."""
     beta: NonNegative = 0.04
-    """Weight of the KL penalty to the reference (the DeepSeekMath GRPO value); 0 disables it."""
-    clip_coef: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.2
-    """Ratio clip: the objective ignores ratio moves beyond ``1 +- clip_coef``."""
-    group_size: Annotated[int, Field(ge=2)] = 8
-    """Completions sampled per prompt; advantages are relative to the group."""
+    """Weight of the KL penalty to the reference (the frozen base, adapters disabled), with the
+    ``exp(q - p) - (q - p) - 1`` estimate per generated token (the DeepSeekMath value); 0
+    disables it."""
     temperature: PositiveFloat = 1.0
     """Sampling temperature of training rollouts (evaluation is greedy)."""
     max_new_tokens: PositiveInt = 64
     """Tokens generated per turn at most."""
+    use_vllm: bool = False
+    """Generate rollouts with vLLM instead of Hugging Face ``generate`` (needs the extra
+    ``pip install 'agile-llm[vllm]'`` and a CUDA GPU). Only the member's adapter is synced to the
+    engine before each rollout, and the policy loss is importance-corrected between the engine's
+    and the trainer's log-probs (see ``vllm_config.importance_sampling_cap``)."""
+    vllm_config: VLLMConfigSpec = Field(default_factory=VLLMConfigSpec)
+    """vLLM engine settings (see :class:`VLLMConfigSpec`); ignored unless ``use_vllm``."""
+
+    mutable_by_default: ClassVar[tuple[str, ...]] = ("lr", "beta")
+
+
+class GRPOSpec(_RolloutSpec):
+    """Group Relative Policy Optimisation (Shao et al., 2024) on rollout environments, with a
+    clipped ratio and a KL penalty to the frozen base (adapters disabled). Fitness: mean return
+    of greedy episodes on the held-out prompts."""
+
+    name: Literal["GRPO"] = "GRPO"
+    """Algorithm name."""
+    clip_coef: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.2
+    """Ratio clip: the objective ignores ratio moves beyond ``1 +- clip_coef``."""
+    group_size: Annotated[int, Field(ge=2)] = 8
+    """Completions sampled per prompt; advantages are relative to the group."""
     update_epochs: PositiveInt = 1
     """Updates on each batch of episodes (the ratio departs from 1 after the first)."""
 
     algorithm_class: ClassVar[str] = "agile_llm.grpo:GRPO"
-    mutable_by_default: ClassVar[tuple[str, ...]] = ("lr", "beta")
+
+
+class LLMREINFORCESpec(_RolloutSpec):
+    """REINFORCE with a baseline on rollout environments (one on-policy update per batch; with
+    ``baseline: group`` it is RLOO, Ahmadian et al., 2024), with a KL penalty to the frozen base.
+    Fitness: mean return of greedy episodes on the held-out prompts."""
+
+    name: Literal["LLMREINFORCE"] = "LLMREINFORCE"
+    """Algorithm name."""
+    group_size: PositiveInt = 4
+    """Completions sampled per prompt (the ``group`` baseline needs at least 2)."""
+    baseline: Literal["group", "batch", "running"] = "group"
+    """What is subtracted from an episode's return: ``group``, the mean return of the other
+    episodes of the same prompt (leave-one-out: unbiased, and it removes the prompt's
+    difficulty); ``batch``, the mean return of the step's episodes; ``running``, an exponential
+    moving average of past steps' mean returns (``baseline_decay``; saved in checkpoints)."""
+    baseline_decay: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.9
+    """Weight of the old value in the ``running`` baseline's update."""
+
+    algorithm_class: ClassVar[str] = "agile_llm.reinforce:LLMREINFORCE"
+
+    @model_validator(mode="after")
+    def _group_baseline_needs_a_group(self) -> LLMREINFORCESpec:
+        if self.baseline == "group" and self.group_size < 2:
+            raise field_error("group_size", "the group baseline (leave-one-out) needs group_size >= 2")
+        return self
+
+
+class LLMPPOSpec(_RolloutSpec):
+    """PPO on rollout environments: the actor is the member's LoRA adapter; the critic is a
+    second LoRA adapter on the same frozen base with a linear value head on its last hidden
+    state. Advantages come from GAE over turns (per-turn rewards); clipped ratio, KL penalty to
+    the frozen base. Fitness: mean return of greedy episodes on the held-out prompts."""
+
+    name: Literal["LLMPPO"] = "LLMPPO"
+    """Algorithm name."""
+    critic_lr: PositiveFloat = 1e-4
+    """Adam learning rate of the critic (its adapter and value head): the value head starts
+    from zero, so it gets a larger rate than the actor."""
+    batch_size: PositiveInt = 8
+    """Prompts per learning step (each sampled ``group_size`` times)."""
+    group_size: PositiveInt = 1
+    """Episodes sampled per prompt (the critic is the baseline, so 1 suffices)."""
+    clip_coef: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.2
+    """Ratio clip: the objective ignores ratio moves beyond ``1 +- clip_coef``."""
+    gamma: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
+    """Discount per turn (1.0: an episode's turns count alike, usual for LLM tasks)."""
+    gae_lambda: Annotated[float, Field(ge=0.0, le=1.0)] = 0.95
+    """GAE's lambda over turns (1: Monte Carlo returns minus the value; 0: one-turn TD)."""
+    update_epochs: PositiveInt = 2
+    """Actor and critic updates on each batch of episodes."""
+    normalize_advantages: bool = True
+    """Whiten the step's turn advantages (zero mean, unit standard deviation)."""
+
+    algorithm_class: ClassVar[str] = "agile_llm.llm_ppo:LLMPPO"
+    mutable_by_default: ClassVar[tuple[str, ...]] = ("lr", "critic_lr", "beta")
 
 
 class LLMRolloutEnvSpec(EnvSpec):
@@ -182,7 +289,8 @@ class LLMRolloutEnvSpec(EnvSpec):
     num_envs: int = Field(default=1, ge=1, le=1)
     """Always 1 (the group size sets how many episodes run at once)."""
     env_type: Literal["rollout"] | None = None
-    """Inferred from the algorithm (GRPO trains on rollouts); only ``rollout`` exists."""
+    """Inferred from the algorithm (GRPO, LLMPPO and LLMREINFORCE train on rollouts); only
+    ``rollout`` exists."""
     dataset: str | list[str] | None = None
     """Single-turn: JSONL, CSV or Parquet file(s) of prompts and answers, relative to the manifest."""
     prompt_column: str = "prompt"

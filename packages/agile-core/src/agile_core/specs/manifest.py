@@ -140,8 +140,10 @@ class TrainingManifest(Spec):
 
     def to_json(self) -> str:
         """The resolved manifest as JSON text, values of secret-like keys (`*api_key*`, `*token*`,
-        `*secret*`, `*password*`...; e.g. inside an env's `config`) shown as "***"."""
-        return json.dumps(_redacted(self.to_dict()), indent=2, allow_nan=False)
+        `*secret*`, `*password*`...; e.g. inside an env's `config`) shown as "***", and the files
+        it names as absolute paths, so the text works from any folder (a run directory's
+        `manifest.resolved.json` fed back to `agile train` repeats the run)."""
+        return json.dumps(_redacted(_absolute_paths(self.to_dict(), self.base_dir)), indent=2, allow_nan=False)
 
 
 def validate_source(source: ManifestSource) -> TrainingManifest:
@@ -371,6 +373,37 @@ def _check_paths(manifest: TrainingManifest) -> list[ManifestIssue]:
         if isinstance(path, str) and not (manifest.base_dir / path).is_file():
             issues.append(ManifestIssue(("environment", field), f"file not found (looked in {manifest.base_dir})", path))
     return issues
+
+
+PATH_KEYS = frozenset({"path", "features", "targets", "dataset", "dataset_path", "reward_file_path", "entrypoint",
+                       "pretrained_model_name_or_path", "wrappers"})
+"""Keys of the `environment` and `network` sections whose values may name files relative to the
+manifest's folder (a file, a folder, or ``file.py:attribute``)."""
+
+
+def _absolute_paths(data: dict[str, Any], base_dir: FsPath) -> dict[str, Any]:
+    """`data` with every relative file named under :data:`PATH_KEYS` of its `environment` and
+    `network` sections made absolute (values naming no existing file stay as they are: module
+    paths, dataset ids, model ids)."""
+    def absolute(value: Any) -> Any:
+        if isinstance(value, list):
+            return [absolute(item) for item in value]
+        if not isinstance(value, str) or not value:
+            return value
+        file, colon, attribute = value.partition(":")
+        candidate = FsPath(file).expanduser()
+        if candidate.is_absolute() or not (base_dir / candidate).exists():
+            return value
+        return str((base_dir / candidate).resolve()) + colon + attribute
+
+    def walk(section: Any) -> Any:
+        if isinstance(section, dict):
+            return {key: absolute(item) if key in PATH_KEYS else walk(item) for key, item in section.items()}
+        if isinstance(section, list):
+            return [walk(item) for item in section]
+        return section
+
+    return {key: walk(value) if key in ("environment", "network") else value for key, value in data.items()}
 
 
 def _unknown_key_message(key: str, allowed: list[str]) -> str:
