@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import signal
 import sys
@@ -100,6 +99,7 @@ def run(job_dir: Path, resume: bool, device: str) -> int:
     from agile_core.trainer import LocalTrainer
     from agile_core.training.checkpointing import ResumeMismatchError
     from agile_core.training.interrupt import TrainingInterrupted
+    from agile_core.training.summary import build_summary
 
     started = time.monotonic()
     print(f"agile arena worker: {manifest.algorithm.name} on {manifest.environment.name}, "
@@ -137,30 +137,6 @@ def run(job_dir: Path, resume: bool, device: str) -> int:
     print(f"agile arena worker: done, {summary['total_steps']} steps, best fitness {max(fitnesses):.2f} "
           f"(agent {summary['elite_id']})", flush=True)
     return EXIT_OK
-
-
-def build_summary(population: list[Any], fitnesses: list[float], target: float | None,
-                  wall_time: float) -> dict[str, Any]:
-    """`summary.json` with the fields `agile train` writes (docs/run-directory.md)."""
-    total_steps = int(sum(agent.steps for agent in population))
-    best = max(range(len(population)), key=lambda i: fitnesses[i])
-    reached = target is not None and all(not math.isnan(f) and f >= target for f in fitnesses)
-    return {
-        "agents": [
-            {"id": agent.index, "parent_id": agent.lineage.parent_id, "fitness": float(fitness),
-             "fitness_history": [float(v) for v in agent.fitness],
-             "hyperparameters": {k: v for k, v in agent.hyperparameters().items()
-                                 if isinstance(v, int | float | str | bool) or v is None},
-             "steps": int(agent.steps), "learn_steps": int(getattr(agent, "learn_counter", 0))}
-            for agent, fitness in zip(population, fitnesses, strict=True)
-        ],
-        "total_steps": total_steps,
-        "wall_time_s": round(wall_time, 3),
-        "steps_per_second": total_steps / wall_time if wall_time > 0 else 0.0,
-        "elite_id": population[best].index,
-        "target_reached": reached,
-        "target_reached_at_step": total_steps if reached else None,
-    }
 
 
 def _write_atomically(path: Path, text: str) -> None:

@@ -1,0 +1,34 @@
+"""`summary.json`: the end-of-run record every front end writes (`agile train`, the Arena worker);
+its fields are documented in docs/run-directory.md."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+__all__ = ["build_summary"]
+
+
+def build_summary(population: list[Any], fitnesses: list[float], target: float | None,
+                  wall_time: float) -> dict[str, Any]:
+    """The run's summary: each agent (fitness, history, hyperparameters, steps), the totals, the
+    elite and whether every agent reached `target`."""
+    total_steps = int(sum(agent.steps for agent in population))
+    best = max(range(len(population)), key=lambda i: fitnesses[i])
+    reached = target is not None and all(not math.isnan(f) and f >= target for f in fitnesses)
+    return {
+        "agents": [
+            {"id": agent.index, "parent_id": agent.lineage.parent_id, "fitness": float(fitness),
+             "fitness_history": [float(v) for v in agent.fitness],
+             "hyperparameters": {k: v for k, v in agent.hyperparameters().items()
+                                 if isinstance(v, int | float | str | bool) or v is None},
+             "steps": int(agent.steps), "learn_steps": int(getattr(agent, "learn_counter", 0))}
+            for agent, fitness in zip(population, fitnesses, strict=True)
+        ],
+        "total_steps": total_steps,
+        "wall_time_s": round(wall_time, 3),
+        "steps_per_second": total_steps / wall_time if wall_time > 0 else 0.0,
+        "elite_id": population[best].index,
+        "target_reached": reached,
+        "target_reached_at_step": total_steps if reached else None,
+    }
