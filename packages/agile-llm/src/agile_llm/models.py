@@ -74,14 +74,30 @@ def load_causal_lm(name_or_path: str | Path, *, dtype: str = "float32", device: 
         candidate = Path(base_dir) / candidate
     reference = str(candidate.resolve()) if candidate.exists() else text
     try:
-        model = AutoModelForCausalLM.from_pretrained(reference, dtype=_DTYPES[dtype], local_files_only=True)
-        tokenizer = AutoTokenizer.from_pretrained(reference, local_files_only=True)
+        with _quiet_loading():
+            model = AutoModelForCausalLM.from_pretrained(reference, dtype=_DTYPES[dtype], local_files_only=True)
+            tokenizer = AutoTokenizer.from_pretrained(reference, local_files_only=True)
     except OSError as error:
         raise BaseModelError(f"cannot load {text!r} locally (nothing is downloaded at run time): give a "
                              f"directory written by save_pretrained or a model already in the HF cache ({error})") \
             from error
     moved: Any = model
     return moved.to(device), tokenizer, reference
+
+
+@contextlib.contextmanager
+def _quiet_loading() -> Iterator[None]:
+    """Without transformers' per-load progress bar (a local load takes a moment; agile has its
+    own progress output)."""
+    from transformers.utils import logging as hf_logging
+
+    enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            hf_logging.enable_progress_bar()
 
 
 def _default_pad(tokenizer: Any) -> None:
