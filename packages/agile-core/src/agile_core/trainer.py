@@ -15,6 +15,7 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, Self
 
+from agile_core.distributed.options import BACKENDS, RayOptions
 from agile_core.registry import algorithm_spec, paradigm_of
 from agile_core.specs.algorithm import AlgorithmSpec
 from agile_core.specs.env import EnvSpec, GymEnvSpec
@@ -94,13 +95,21 @@ class LocalTrainer(Trainer):
                  load_weights_from: str | None = None, hpo: bool = False, device: str = "cpu",
                  accelerator: Any = None, hp_config: Any = None, actor_network: Any = None,
                  critic_network: Any = None, actor_networks: Any = None, critic_networks: Any = None,
-                 **kwargs: Any) -> None:
+                 backend: str = "local", ray_options: RayOptions | None = None, **kwargs: Any) -> None:
         super().__init__(algorithm, environment, training, mutation, selection_strategy, replay_buffer, **kwargs)
         if resume_from_checkpoint is not None and load_weights_from is not None:
             raise TrainerConfigError("resume_from_checkpoint and load_weights_from are mutually exclusive: "
                                      "resume continues a run, load_weights_from starts a new one from its weights")
         if accelerator is not None:
             raise TrainerConfigError("accelerator: distributed training is not supported by the local loops yet")
+        if backend not in BACKENDS:
+            raise TrainerConfigError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+        if ray_options is not None and backend != "ray":
+            raise TrainerConfigError("ray_options need backend='ray'")
+        self.backend = backend
+        self.ray_options = ray_options or RayOptions()
+        self.lost_workers: list[Any] = []
+        """Ray workers lost (and replaced) during the last `train` with backend ray."""
         self.resume_from_checkpoint = resume_from_checkpoint
         self.load_weights_from = load_weights_from
         self.hpo = hpo
@@ -204,17 +213,9 @@ class LocalTrainer(Trainer):
             selection = None
         return selection, Mutations.from_spec(self.manifest.resolved_mutation())
 
-    # ------------------------------------------------------------------ training
-    def train(self, verbose: bool = True, save_elite: bool = False, elite_path: str | None = None, wb: bool = False,
-              tensorboard: bool = False, tensorboard_log_dir: str | None = None, checkpoint_steps: int | None = None,
-              checkpoint_path: str | None = None, overwrite_checkpoints: bool = False,
-              wandb_api_key: str | None = None, wandb_kwargs: dict[str, Any] | None = None, *,
-              csv_path: str | None = None) -> tuple[list[Any], list[float]]:
-        """Train locally; return (population, fitnesses of the last evaluation). `csv_path` also
-        writes every metric to a CSV file."""
-        manifest = self.manifest
-        training = manifest.training
-        paradigm = paradigm_of(manifest.algorithm.name)
+    def setup(self) -> tuple[Any, list[Any], Any, Any]:
+        """What every backend starts from: env, population (warm-started when asked), selection
+        and mutation."""
         from agile_core.training.profiling import PROFILER
 
         with PROFILER.setup:
@@ -224,6 +225,29 @@ class LocalTrainer(Trainer):
             if self.load_weights_from is not None:
                 _warm_start(population, self.load_weights_from, self.device)
             selection, mutation = self.make_selection_and_mutation()
+        return env, population, selection, mutation
+
+    # ------------------------------------------------------------------ training
+    def train(self, verbose: bool = True, save_elite: bool = False, elite_path: str | None = None, wb: bool = False,
+              tensorboard: bool = False, tensorboard_log_dir: str | None = None, checkpoint_steps: int | None = None,
+              checkpoint_path: str | None = None, overwrite_checkpoints: bool = False,
+              wandb_api_key: str | None = None, wandb_kwargs: dict[str, Any] | None = None, *,
+              csv_path: str | None = None) -> tuple[list[Any], list[float]]:
+        """Train; return (population, fitnesses of the last evaluation). `csv_path` also writes
+        every metric to a CSV file. With ``backend="ray"`` members train in Ray actors
+        (:mod:`agile_core.distributed`), the rest of the run staying here."""
+        if self.backend == "ray":
+            from agile_core.distributed.ray_loop import train_with_ray
+
+            return train_with_ray(
+                self, self.ray_options, verbose=verbose, save_elite=save_elite, elite_path=elite_path, wb=wb,
+                tensorboard=tensorboard, tensorboard_log_dir=tensorboard_log_dir, checkpoint_steps=checkpoint_steps,
+                checkpoint_path=checkpoint_path, overwrite_checkpoints=overwrite_checkpoints,
+                wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs, csv_path=csv_path)
+        manifest = self.manifest
+        training = manifest.training
+        paradigm = paradigm_of(manifest.algorithm.name)
+        env, population, selection, mutation = self.setup()
         loop = paradigm.load_attr("train_loop")
         extra = paradigm.load_attr("loop_kwargs")(manifest, env, self.device) if "loop_kwargs" in paradigm.hooks else {}
         accepted = inspect.signature(loop).parameters

@@ -31,7 +31,7 @@ from agile_core.algorithms.group import (
 )
 from agile_core.buffers.population import draw_member_indices
 from agile_core.networks.stacked import NotStackableError
-from agile_core.training import EpsilonSchedule, swap_image_channels
+from agile_core.training import EpsilonSchedule, LearnCredit, swap_image_channels
 from agile_core.training.generations import PhaseResult
 from agile_core.training.population import (
     Groups,
@@ -254,7 +254,7 @@ def _reset_noise(population: Sequence[Any], num_envs: int, ended: np.ndarray | N
 
 def collect_and_learn_population(population: list[Any], env: VectorEnv, memory: ReplayMemories | ReplayBuffer,
                                  vector_steps: int, schedule: EpsilonSchedule, learning_delay: int,
-                                 learn_credit: list[int], swap_channels: bool,
+                                 learn_credit: LearnCredit, swap_channels: bool,
                                  should_stop: Callable[[], bool]) -> list[PhaseResult]:
     """Run the whole population for up to `vector_steps` vector steps from a fresh reset of `env`
     (the population env) with `memory` (:class:`ReplayMemories`, or one uniform replay buffer);
@@ -296,12 +296,12 @@ def collect_and_learn_population(population: list[Any], env: VectorEnv, memory: 
 
 
 def _learn(population: list[Any], groups: Groups, memories: ReplayMemories,
-           learning_delay: int, learn_credit: list[int], num_envs: int, results: list[PhaseResult]) -> None:
+           learning_delay: int, learn_credit: LearnCredit, num_envs: int, results: list[PhaseResult]) -> None:
     """Account one vector step per agent and run the learning steps it pays for, group by group."""
     updates = []
     for slot, agent in enumerate(population):
         agent.steps += num_envs
-        count, learn_credit[slot] = divmod(learn_credit[slot] + num_envs, agent.learn_step)
+        count = learn_credit.pay(slot, num_envs, agent.learn_step)
         ready = len(memories) >= max(agent.batch_size, learning_delay)
         updates.append(count if ready else 0)
     for round_index in range(max(updates)):

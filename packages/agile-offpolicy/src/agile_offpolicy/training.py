@@ -19,7 +19,7 @@ environment steps of ONE agent summed over its sub-envs (a vector step of 8 sub-
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -31,6 +31,7 @@ from agile_core.hpo.protocols import SelectionStrategy
 from agile_core.training import (
     EpisodeTracker,
     EpsilonSchedule,
+    LearnCredit,
     as_vector_env,
     check_next_step_autoreset,
     resolve_selection_strategy,
@@ -78,14 +79,13 @@ def _check_memories(pop: list[Any], memory: Any, n_step_memory: Any, num_envs: i
 
 
 def _collect_and_learn(agent: Any, env: VectorEnv, memories: ReplayMemories, vector_steps: int,
-                       schedule: EpsilonSchedule, learning_delay: int, learn_credit: list[int], slot: int,
+                       schedule: EpsilonSchedule, learning_delay: int, learn_credit: LearnCredit, slot: int,
                        swap_channels: bool, should_stop: Callable[[], bool]) -> PhaseResult:
     """Run `agent` for up to `vector_steps` vector steps from a fresh reset, adding to and
     learning from `memories` as it goes.
 
-    ``learn_credit[slot]`` counts environment steps not yet paid for by a learning step: each
-    vector step adds ``num_envs``, each learning step costs ``agent.learn_step``. Credit earned
-    before the memory holds ``max(batch_size, learning_delay)`` transitions is dropped.
+    ``learn_credit`` pays for the learning steps (see :class:`LearnCredit`). Credit earned before
+    the memory holds ``max(batch_size, learning_delay)`` transitions is dropped.
     Stops early (between vector steps) once `should_stop()` is true.
     """
     num_envs = env.num_envs
@@ -117,7 +117,7 @@ def _collect_and_learn(agent: Any, env: VectorEnv, memories: ReplayMemories, vec
         agent.steps += num_envs
         result.vector_steps += 1
 
-        updates, learn_credit[slot] = divmod(learn_credit[slot] + num_envs, agent.learn_step)
+        updates = learn_credit.pay(slot, num_envs, agent.learn_step)
         if len(memories) >= max(agent.batch_size, learning_delay):
             for _ in range(updates):
                 with PROFILER.learn:  # sampling included: one call samples and learns
@@ -265,7 +265,7 @@ def train_off_policy(
     num_envs = int(vec_env.num_envs)
     _check_memories(pop, memory, n_step_memory, num_envs)
     memories = ReplayMemories(memory, n_step_memory, max_steps)
-    learn_credit = [0] * len(pop)
+    learn_credit = LearnCredit(len(pop))
 
     def phase(slot: int, agent: Any, vector_steps: int, should_stop: Callable[[], bool]) -> PhaseResult:
         return _collect_and_learn(agent, vec_env, memories, vector_steps, schedule, learning_delay,
@@ -282,7 +282,7 @@ def train_off_policy(
         overwrite_checkpoints=overwrite_checkpoints, save_elite=save_elite, elite_path=elite_path, wb=wb,
         tensorboard=tensorboard, tensorboard_log_dir=tensorboard_log_dir, verbose=verbose,
         wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs, csv_path=csv_path, seed=seed,
-        swap_channels=swap_channels, buffers=memories.states,
+        swap_channels=swap_channels, buffers=lambda: {**memories.states(), "learn_credit": learn_credit.state_dict()},
     )
     population_env = population_vector_env(vec_env, len(pop)) if batch_population and can_batch(pop, memory) else None
     if population_env is not None:
@@ -295,5 +295,11 @@ def train_off_policy(
                                     swap_channels=swap_channels)
 
         loop.batch_population(population_phase, population_evaluate, population_env, num_envs)
-    return loop.train(resume_from_checkpoint, load_buffers=memories.load)
+
+    def load_buffers(saved: Mapping[str, Any]) -> None:
+        memories.load(saved)
+        if "learn_credit" in saved:  # older checkpoints start every slot without credit
+            learn_credit.load_state_dict(saved["learn_credit"])
+
+    return loop.train(resume_from_checkpoint, load_buffers=load_buffers)
 

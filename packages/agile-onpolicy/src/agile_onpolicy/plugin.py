@@ -11,5 +11,7 @@ PARADIGM = Paradigm(
     env_spec=GymEnvSpec,
     hooks={
         "train_loop": "agile_onpolicy.training:train_on_policy",
+        # one member's phase built outside the loop: what a Ray worker runs (agile_core.distributed)
+        "make_phase": "agile_onpolicy.training:make_phase",
     },
 )

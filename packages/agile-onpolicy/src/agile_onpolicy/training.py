@@ -25,7 +25,7 @@ from agile_onpolicy.collect import collect_rollouts
 from agile_onpolicy.population import can_batch, collect_and_learn_population, evaluate_batched
 from agile_onpolicy.rollout import RolloutBuffer
 
-__all__ = ["train_on_policy"]
+__all__ = ["OnPolicyPhase", "make_phase", "train_on_policy"]
 
 
 def _buffer_for(agent: Any, current: RolloutBuffer | None, num_envs: int) -> RolloutBuffer:
@@ -34,6 +34,57 @@ def _buffer_for(agent: Any, current: RolloutBuffer | None, num_envs: int) -> Rol
             and current.recurrent == agent.recurrent:
         return current
     return agent.create_rollout_buffer(num_envs)
+
+
+class OnPolicyPhase:
+    """One agent's training phase in `env` (the generation loop's ``PhaseFn``): whole rollouts of
+    ``learn_step`` steps, each followed by a learning step, until `vector_steps` are taken.
+
+    It keeps one rollout buffer per slot between phases. Built by :func:`train_on_policy`, or
+    outside any loop by :func:`make_phase` (a Ray worker rebuilding its phase from the manifest).
+    """
+
+    def __init__(self, env: gym.Env | VectorEnv, collect: Callable[..., Any] | None = None,
+                 swap_channels: bool = False) -> None:
+        self.env = as_vector_env(env)
+        check_next_step_autoreset(self.env)
+        self.num_envs = int(self.env.num_envs)
+        self.collect = collect or collect_rollouts
+        self.swap_channels = swap_channels
+        self.buffers: list[RolloutBuffer | None] = []
+
+    def buffer(self, slot: int, agent: Any) -> RolloutBuffer:
+        """Slot `slot`'s rollout buffer, rebuilt when it no longer fits `agent`."""
+        if slot >= len(self.buffers):
+            self.buffers.extend([None] * (slot + 1 - len(self.buffers)))
+        buffer = self.buffers[slot] = _buffer_for(agent, self.buffers[slot], self.num_envs)
+        return buffer
+
+    def __call__(self, slot: int, agent: Any, vector_steps: int, should_stop: Callable[[], bool]) -> PhaseResult:
+        buffer = self.buffer(slot, agent)
+        result = PhaseResult(vector_steps=0)
+        state = None  # the env was stepped by others since: start from a reset
+        while result.vector_steps < vector_steps and not should_stop():
+            state = self.collect(agent, self.env, buffer, state=state, swap_channels=self.swap_channels)
+            with PROFILER.learn:
+                stats = agent.learn(buffer)
+            for key, value in stats.items():
+                result.losses.setdefault(key, []).append(float(value))
+            result.vector_steps += buffer.num_steps
+            returns, lengths = state.pop_finished()
+            result.episodic_returns += returns
+            result.episode_lengths += lengths
+        if result.episodic_returns:
+            agent.scores.append(float(np.mean(result.episodic_returns)))
+        return result
+
+
+def make_phase(manifest: Any, env: gym.Env | VectorEnv, device: str = "cpu") -> OnPolicyPhase:
+    """Paradigm hook ``make_phase``: the phase :func:`train_on_policy` runs for `manifest`, built
+    outside the loop (``device`` is where the agents live; the phase itself does not need it)."""
+    del device
+    swap_channels = bool(manifest.algorithm.hyperparameters().get("CHANNELS_LAST", False))
+    return OnPolicyPhase(env, swap_channels=swap_channels)
 
 
 def train_on_policy(
@@ -129,31 +180,9 @@ def train_on_policy(
     for name, value in (("max_steps", max_steps), ("evo_steps", evo_steps), ("eval_loop", eval_loop)):
         if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    collect = collect_rollouts_fn or collect_rollouts
     swap_channels = bool((init_hp or {}).get("CHANNELS_LAST", False))
-    vec_env = as_vector_env(env)
-    check_next_step_autoreset(vec_env)
-    num_envs = int(vec_env.num_envs)
-    buffers: list[RolloutBuffer | None] = [None] * len(pop)
-
-    def phase(slot: int, agent: Any, vector_steps: int, should_stop: Callable[[], bool]) -> PhaseResult:
-        buffer = buffers[slot] = _buffer_for(agent, buffers[slot], num_envs)
-        result = PhaseResult(vector_steps=0)
-        state = None  # the env was stepped by others since: start from a reset
-        while result.vector_steps < vector_steps and not should_stop():
-            state = collect(agent, vec_env, buffer, state=state, swap_channels=swap_channels)
-            with PROFILER.learn:
-                stats = agent.learn(buffer)
-            for key, value in stats.items():
-                result.losses.setdefault(key, []).append(float(value))
-            result.vector_steps += buffer.num_steps
-            returns, lengths = state.pop_finished()
-            result.episodic_returns += returns
-            result.episode_lengths += lengths
-        if result.episodic_returns:
-            agent.scores.append(float(np.mean(result.episodic_returns)))
-        return result
-
+    phase = OnPolicyPhase(env, collect_rollouts_fn, swap_channels)
+    vec_env, num_envs = phase.env, phase.num_envs
     config = {"env_name": env_name, "algo": algo, "population_size": len(pop), "num_envs": num_envs,
               "max_steps": max_steps, "evo_steps": evo_steps, "eval_steps": eval_steps, "eval_loop": eval_loop,
               "target": target, "init_hp": init_hp, "mut_p": mut_p}
@@ -170,8 +199,7 @@ def train_on_policy(
         if batch_population and collect_rollouts_fn is None and can_batch(pop) else None
     if population_env is not None:
         def population_phase(agents: list[Any], vector_steps: int, should_stop: Callable[[], bool]) -> list[PhaseResult]:
-            slot_buffers = [_buffer_for(agent, buffers[slot], num_envs) for slot, agent in enumerate(agents)]
-            buffers[:] = slot_buffers
+            slot_buffers = [phase.buffer(slot, agent) for slot, agent in enumerate(agents)]
             return collect_and_learn_population(agents, population_env, slot_buffers, vector_steps, swap_channels,
                                                 should_stop)
 

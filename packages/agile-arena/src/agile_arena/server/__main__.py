@@ -7,26 +7,7 @@ import sqlite3
 import sys
 
 from agile_arena.server import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_PORT, create_key, serve
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
-    return value
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a port in 0..65535, got {value}")
-    return value
+from agile_core.cli_types import port, positive_int
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,9 +18,9 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("serve", help="run the HTTP API and the job workers")
     run.add_argument("--data-dir", required=True, help="store, job folders and run directories")
     run.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
-    run.add_argument("--port", type=_port, default=DEFAULT_PORT, help=f"port (default: {DEFAULT_PORT}; 0 = any free port)")
-    run.add_argument("--slots", type=_positive, default=1, help="jobs that train at once (default: 1)")
-    run.add_argument("--max-request-bytes", type=_positive, default=DEFAULT_MAX_REQUEST_BYTES,
+    run.add_argument("--port", type=port, default=DEFAULT_PORT, help=f"port (default: {DEFAULT_PORT}; 0 = any free port)")
+    run.add_argument("--slots", type=positive_int, default=1, help="jobs that train at once (default: 1)")
+    run.add_argument("--max-request-bytes", type=positive_int, default=DEFAULT_MAX_REQUEST_BYTES,
                      help=f"largest request body (default: {DEFAULT_MAX_REQUEST_BYTES})")
     run.add_argument("--device", default="cpu", help="torch device of the workers (default: cpu)")
     run.add_argument("--stop-grace", type=float, default=20.0,

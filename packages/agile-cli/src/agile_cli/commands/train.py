@@ -11,6 +11,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from agile_core.cli_types import non_negative_float, positive_float, positive_int
+
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
@@ -33,7 +35,7 @@ def register(sub: Any) -> None:
     parser.add_argument("--wandb-api-key", metavar="KEY", help="W&B API key (default: $WANDB_API_KEY)")
     parser.add_argument("--tensorboard", action="store_true", help="log to TensorBoard")
     parser.add_argument("--tensorboard-log-dir", metavar="DIR", help="TensorBoard directory (default: RUN_DIR/tensorboard)")
-    parser.add_argument("--checkpoint-steps", type=_positive_int, metavar="N",
+    parser.add_argument("--checkpoint-steps", type=positive_int, metavar="N",
                         help="checkpoint every N steps per agent (N >= 1)")
     parser.add_argument("--checkpoint-path", metavar="DIR", help="checkpoint folder (default: RUN_DIR/checkpoints)")
     parser.add_argument("--overwrite-checkpoints", action="store_true", help="keep only the latest checkpoint")
@@ -44,6 +46,20 @@ def register(sub: Any) -> None:
     parser.add_argument("--profile", action="store_true",
                         help="time env stepping, acting, sampling, learning, evaluation, evolution, checkpoints and "
                              "logging; print the table and write RUN_DIR/profile.json")
+    distributed = parser.add_argument_group("distributed training (see docs/distributed.md)")
+    distributed.add_argument("--backend", choices=("local", "ray"), default="local",
+                             help="where members train: this process (default) or Ray actors (needs agile-core[ray])")
+    distributed.add_argument("--address", metavar="ADDR",
+                             help="Ray cluster to attach to (e.g. auto, HOST:6379, ray://HOST:10001); default: start "
+                                  "a local Ray instance for the run")
+    distributed.add_argument("--ray-workers", type=positive_int, metavar="N",
+                             help="Ray worker actors (default: one per member, as many as the CPUs allow)")
+    distributed.add_argument("--ray-cpus-per-worker", type=positive_float, default=1.0, metavar="C",
+                             help="CPUs each Ray worker reserves (default: 1)")
+    distributed.add_argument("--ray-gpus-per-worker", type=non_negative_float, default=0.0, metavar="G",
+                             help="GPUs each Ray worker reserves (default: 0; needed for --device cuda)")
+    distributed.add_argument("--ray-num-cpus", type=positive_int, metavar="N",
+                             help="CPUs of the local Ray instance (default: all; not with --address)")
     verbosity = parser.add_mutually_exclusive_group()
     verbosity.add_argument("--verbose", dest="verbose", action="store_true", default=True,
                            help="progress bar and per-generation table (default)")
@@ -69,6 +85,11 @@ def _run_dir(args: argparse.Namespace) -> Path:
     return Path("runs") / f"{Path(args.manifest).stem}-{stamp}"
 
 
+_DEFAULTS: dict[str, Any] = {"device": "cpu", "backend": "local", "ray_cpus_per_worker": 1.0,
+                             "ray_gpus_per_worker": 0.0}
+"""Flags left out of the resume command when they have these (default) values."""
+
+
 def _resume_hint(exc: Any, args: argparse.Namespace, run_dir: Path) -> str:
     """The command that continues an interrupted run: same manifest, overrides and run directory
     (so metrics.csv and metrics.history.jsonl carry on)."""
@@ -80,10 +101,11 @@ def _resume_hint(exc: Any, args: argparse.Namespace, run_dir: Path) -> str:
     words = [*launcher, "agile", "train", args.manifest]
     for override in args.overrides:
         words += ["--set", override]
-    for flag in ("seed", "device", "checkpoint_steps", "checkpoint_path", "elite_path", "tensorboard_log_dir"):
-        value = getattr(args, flag)
-        if value is not None and not (flag == "device" and value == "cpu"):
-            words += [f"--{flag.replace('_', '-')}", str(value)]
+    for flag in ("seed", "device", "checkpoint_steps", "checkpoint_path", "elite_path", "tensorboard_log_dir",
+                 "backend", "address", "ray_workers", "ray_cpus_per_worker", "ray_gpus_per_worker", "ray_num_cpus"):
+        value = getattr(args, flag, None)
+        if value is not None and value != _DEFAULTS.get(flag):
+            words += [f"--{flag.replace('_', '-')}", f"{value:g}" if isinstance(value, float) else str(value)]
     for flag in ("overwrite_checkpoints", "save_elite", "tensorboard", "wb"):
         if getattr(args, flag):
             words.append(f"--{flag.replace('_', '-')}")
@@ -93,12 +115,36 @@ def _resume_hint(exc: Any, args: argparse.Namespace, run_dir: Path) -> str:
     return shlex.join(words)
 
 
+def _backend_options(args: argparse.Namespace) -> dict[str, Any]:
+    """`LocalTrainer` keywords for the chosen backend (BackendError for contradictory flags)."""
+    from agile_core.distributed import BackendError, RayOptions
+
+    ray_flags = [flag for flag, value, default in (
+        ("--address", args.address, None), ("--ray-workers", args.ray_workers, None),
+        ("--ray-cpus-per-worker", args.ray_cpus_per_worker, 1.0),
+        ("--ray-gpus-per-worker", args.ray_gpus_per_worker, 0.0), ("--ray-num-cpus", args.ray_num_cpus, None),
+    ) if value != default]
+    if args.backend != "ray":
+        if ray_flags:
+            raise BackendError(f"{', '.join(ray_flags)}: only used with --backend ray")
+        return {}
+    options = RayOptions(address=args.address, workers=args.ray_workers, cpus_per_worker=args.ray_cpus_per_worker,
+                         gpus_per_worker=args.ray_gpus_per_worker, num_cpus=args.ray_num_cpus)
+    return {"backend": "ray", "ray_options": options}
+
+
 def run(args: argparse.Namespace) -> int:
     """Validate, train, write the run directory; map outcomes to exit codes."""
+    from agile_core.distributed import BackendError
     from agile_core.errors import ManifestError
 
     if args.resume_from_checkpoint and args.load_weights_from:
         print("agile train: --resume-from-checkpoint and --load-weights-from are mutually exclusive", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        backend = _backend_options(args)
+    except BackendError as exc:
+        print(f"agile train: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
         manifest = _load_manifest(args)
@@ -118,6 +164,7 @@ def run(args: argparse.Namespace) -> int:
     elite_path = args.elite_path or str(run_dir / "elite")
     from agile_core.training.checkpointing import ResumeMismatchError
     from agile_core.training.interrupt import TrainingInterrupted
+    from agile_core.training.summary import build_summary
 
     started = time.monotonic()
     from contextlib import nullcontext
@@ -129,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
 
         trainer = LocalTrainer.from_manifest(manifest, device=args.device,
                                              resume_from_checkpoint=args.resume_from_checkpoint,
-                                             load_weights_from=args.load_weights_from)
+                                             load_weights_from=args.load_weights_from, **backend)
         with PROFILER.run() if args.profile else nullcontext():
             population, fitnesses = trainer.train(
                 verbose=args.verbose, save_elite=args.save_elite, elite_path=elite_path, wb=args.wb,
@@ -143,6 +190,9 @@ def run(args: argparse.Namespace) -> int:
             )
     except ManifestError as exc:  # a manifest problem only found when building the run (exit 2, no traceback)
         print(ManifestError(exc.issues, args.manifest).report(), file=sys.stderr)
+        return EXIT_USAGE
+    except BackendError as exc:  # a backend that cannot run this manifest here (not installed, unsupported)
+        print(f"agile train: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except ResumeMismatchError as exc:  # resuming with another run's checkpoint: the user's input (exit 2)
         print(f"agile train: {exc}", file=sys.stderr)
@@ -160,7 +210,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             print("(set AGILE_DEBUG=1 for the full traceback)", file=sys.stderr)
         return EXIT_FAILED
-    summary = build_summary(population, fitnesses, manifest, time.monotonic() - started)
+    summary = build_summary(population, fitnesses, manifest.training.target_score, time.monotonic() - started)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     if args.profile:
         (run_dir / "profile.json").write_text(json.dumps(PROFILER.summary(), indent=2) + "\n", encoding="utf-8")
@@ -178,43 +228,6 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def build_summary(population: list[Any], fitnesses: list[float], manifest: Any, wall_time: float) -> dict[str, Any]:
-    """The documented `summary.json` of a run."""
-    import math
-
-    total_steps = int(sum(agent.steps for agent in population))
-    best = max(range(len(population)), key=lambda i: fitnesses[i])
-    target = manifest.training.target_score
-    reached = target is not None and all(not math.isnan(f) and f >= target for f in fitnesses)
-    return {
-        "agents": [
-            {"id": agent.index, "parent_id": agent.lineage.parent_id, "fitness": float(fitness),
-             "fitness_history": [float(v) for v in agent.fitness],
-             "hyperparameters": {k: v for k, v in agent.hyperparameters().items()
-                                 if isinstance(v, int | float | str | bool) or v is None},
-             "steps": int(agent.steps), "learn_steps": int(getattr(agent, "learn_counter", 0))}
-            for agent, fitness in zip(population, fitnesses, strict=True)
-        ],
-        "total_steps": total_steps,
-        "wall_time_s": round(wall_time, 3),
-        "steps_per_second": total_steps / wall_time if wall_time > 0 else 0.0,
-        "elite_id": population[best].index,
-        "target_reached": reached,
-        "target_reached_at_step": total_steps if reached else None,
-    }
-
-
 def _hide_from_argv(secret: str) -> None:
     """Replace `secret` in ``sys.argv`` (W&B records the command line in its run files)."""
     sys.argv[:] = [arg.replace(secret, "***") for arg in sys.argv]
-
-
-def _positive_int(text: str) -> int:
-    """An argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
-    return value

@@ -18,11 +18,12 @@ from agile_core.training.evolution import (
     target_reached,
 )
 from agile_core.training.reporting import TrainingReporter
-from agile_core.training.schedule import EpsilonSchedule
+from agile_core.training.schedule import EpsilonSchedule, LearnCredit
 
 __all__ = [
     "EpisodeTracker",
     "EpsilonSchedule",
+    "LearnCredit",
     "TrainingReporter",
     "as_vector_env",
     "check_next_step_autoreset",

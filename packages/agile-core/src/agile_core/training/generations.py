@@ -10,7 +10,7 @@ stop) and resuming from a checkpoint, so the paradigm loops only write their pha
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,21 +55,45 @@ PopulationEvalFn = Callable[[list[Any]], list[float]]
 
 @dataclass
 class LoopState:
-    """Counters that say where a run is; saved in checkpoints."""
+    """Counters that say where a run is, and the results of this generation's finished phases
+    (so a run resumed mid-generation reports the generation as an uninterrupted one); saved in
+    checkpoints."""
 
     agent_steps: int = 0
     generation: int = 0
     slot_progress: list[int] = field(default_factory=list)
+    phase_results: list[PhaseResult] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON form."""
+        """JSON form (non-finite numbers as null)."""
         return {"agent_steps": self.agent_steps, "generation": self.generation,
-                "slot_progress": list(self.slot_progress)}
+                "slot_progress": list(self.slot_progress),
+                "phase_results": [_result_to_json(result) for result in self.phase_results]}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LoopState:
         """Inverse of `to_dict`."""
-        return cls(int(data["agent_steps"]), int(data["generation"]), [int(v) for v in data["slot_progress"]])
+        return cls(int(data["agent_steps"]), int(data["generation"]), [int(v) for v in data["slot_progress"]],
+                   [_result_from_json(result) for result in data.get("phase_results", [])])
+
+
+def _finite_or_none(values: Sequence[float]) -> list[float | None]:
+    return [float(v) if math.isfinite(v) else None for v in values]
+
+
+def _result_to_json(result: PhaseResult) -> dict[str, Any]:
+    return {"vector_steps": result.vector_steps, "episodic_returns": _finite_or_none(result.episodic_returns),
+            "episode_lengths": [int(n) for n in result.episode_lengths],
+            "losses": {name: _finite_or_none(values) for name, values in result.losses.items()}}
+
+
+def _result_from_json(data: Mapping[str, Any]) -> PhaseResult:
+    def floats(values: Sequence[float | None]) -> list[float]:
+        return [math.nan if v is None else float(v) for v in values]
+
+    return PhaseResult(int(data["vector_steps"]), floats(data["episodic_returns"]),
+                       [int(n) for n in data["episode_lengths"]],
+                       {name: floats(values) for name, values in data["losses"].items()})
 
 
 @dataclass
@@ -175,9 +199,10 @@ class GenerationLoop:
                 vector_steps = math.ceil(min(self.evo_steps, self.max_steps - self.state.agent_steps) / self.num_envs)
                 if len(self.state.slot_progress) != len(self.population):
                     self.state.slot_progress = [0] * len(self.population)
-                results = self._train_phases(vector_steps, guard)
+                self._train_phases(vector_steps, guard)
                 with PROFILER.log:
-                    self._report_training(results)
+                    self._report_training(self.state.phase_results)
+                self.state.phase_results = []
                 with PROFILER.evaluate:
                     self._seed_env(len(self.population))
                     self.fitnesses = self._evaluate()
@@ -212,44 +237,62 @@ class GenerationLoop:
     def _evaluate(self) -> list[float]:
         if self.population_evaluate is not None:
             return self.population_evaluate(self.population)
-        return evaluate_population(self.population, self.env, swap_channels=self.swap_channels,
-                                   max_steps=self.eval_steps, loop=self.eval_loop)
+        fitnesses = []
+        for slot, agent in enumerate(self.population):  # each agent from its own seed: order-free
+            self._seed_env(self.eval_position(slot))
+            fitnesses += evaluate_population([agent], self.env, swap_channels=self.swap_channels,
+                                             max_steps=self.eval_steps, loop=self.eval_loop)
+        return fitnesses
 
-    def _train_phases(self, vector_steps: int, guard: InterruptGuard) -> list[PhaseResult]:
+    def eval_position(self, slot: int) -> int:
+        """Seed position of slot `slot`'s evaluation (agent by agent): after every phase position."""
+        return len(self.population) + slot
+
+    def _train_phases(self, vector_steps: int, guard: InterruptGuard) -> None:
+        """Train each member's phase (or the whole population's), collecting results in the loop
+        state. A first Ctrl-C stops when a phase ends (an exact checkpoint: the next phase starts
+        from a freshly seeded env either way); a second one stops the phase early."""
         if self.population_phase is not None:
-            return self._train_population(vector_steps, guard)
-        results = []
+            self._train_population(vector_steps, guard)
+            return
         for slot, agent in enumerate(self.population):
             remaining = vector_steps - self.state.slot_progress[slot]
             if remaining > 0:
                 self._seed_env(slot)
-                result = self.phase(slot, agent, remaining, lambda: guard.requested)
+                result = self.phase(slot, agent, remaining, lambda: guard.urgent)
                 self.state.slot_progress[slot] += result.vector_steps
-                results.append(result)
+                self.state.phase_results.append(result)
             self.reporter.advance(self.global_steps)
             if guard.requested:
                 self._interrupt()
-        return results
 
-    def _train_population(self, vector_steps: int, guard: InterruptGuard) -> list[PhaseResult]:
+    def _train_population(self, vector_steps: int, guard: InterruptGuard) -> None:
         assert self.population_phase is not None
         remaining = vector_steps - min(self.state.slot_progress)
-        results: list[PhaseResult] = []
         if remaining > 0:
             self._seed_env(0)
-            results = self.population_phase(self.population, remaining, lambda: guard.requested)
+            results = self.population_phase(self.population, remaining, lambda: guard.urgent)
             for slot, result in enumerate(results):
                 self.state.slot_progress[slot] += result.vector_steps
+            self.state.phase_results.extend(results)
         self.reporter.advance(self.global_steps)
         if guard.requested:
             self._interrupt()
-        return results
+
+    def phase_seed(self, position: int) -> int | None:
+        """The seed of `position` (a slot's phase, an evaluation) in this generation; None unseeded."""
+        if self.env_seed is None:
+            return None
+        return self.env_seed + 100_003 * self.state.generation + 101 * position
 
     def _seed_env(self, position: int) -> None:
-        """With `env_seed`, reset the env to a seed fixed by (generation, position), so a resumed
-        run sees the same episodes as an uninterrupted one."""
-        if self.env_seed is not None:
-            self.env.reset(seed=self.env_seed + 100_003 * self.state.generation + 101 * position)
+        """With `env_seed`, reset the env and torch's global generator to a seed fixed by
+        (generation, position), so a resumed run sees the same episodes and samples as an
+        uninterrupted one, and every phase depends only on its agent and position (which lets
+        members train in other processes, see :mod:`agile_core.distributed`)."""
+        seed = self.phase_seed(position)
+        if seed is not None:
+            seed_position(self.env, seed)
 
     def _interrupt(self) -> None:
         target = self.checkpointer if self.checkpointer is not None and self.checkpointer.manager is not None \
@@ -283,3 +326,11 @@ class GenerationLoop:
             return
         best = self.population[int(np.argmax(self.fitnesses))]
         best.save_checkpoint(self.elite_path or "elite")
+
+
+def seed_position(env: Any, seed: int) -> None:
+    """Reset `env` with `seed` and seed torch's global generator (PPO samples actions from it)."""
+    import torch
+
+    env.reset(seed=seed)
+    torch.manual_seed(seed)

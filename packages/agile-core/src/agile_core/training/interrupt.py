@@ -1,12 +1,15 @@
-"""Ctrl-C during training: finish the current step, save a resumable checkpoint, then stop.
+"""Ctrl-C during training: save a resumable checkpoint, then stop.
 
-The first SIGINT only sets a flag that the loop checks at a safe point (between vector steps);
-a second SIGINT interrupts at once, as usual.
+The first SIGINT sets a flag (`requested`) that the loop checks when the current training phase
+ends: a checkpoint there resumes exactly like an uninterrupted seeded run. A second SIGINT
+(`urgent`) stops the phase at the next vector step instead; that checkpoint resumes with the same
+step counts, but the interrupted episode starts afresh. A third interrupts at once, as usual.
 """
 
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 from pathlib import Path
 from types import FrameType, TracebackType
@@ -37,15 +40,29 @@ class InterruptGuard:
     """Context manager turning the first SIGINT into a flag (`requested`) for the training loop."""
 
     def __init__(self) -> None:
-        self.requested = False
+        self.presses = 0
         self._previous: Any = None
         self._installed = False
 
+    @property
+    def requested(self) -> bool:
+        """Stop when the current training phase ends (first Ctrl-C)."""
+        return self.presses >= 1
+
+    @property
+    def urgent(self) -> bool:
+        """Stop the current phase at the next vector step (second Ctrl-C)."""
+        return self.presses >= 2
+
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.requested:  # second Ctrl-C: stop now
+        self.presses += 1
+        if self.presses == 1:
+            sys.stderr.write("\nCtrl-C: finishing the current training phase, then saving an exact checkpoint "
+                             "(Ctrl-C again to stop sooner)\n")
+        elif self.presses == 2:
+            sys.stderr.write("\nCtrl-C: stopping at the next step (the interrupted episode restarts on resume; "
+                             "Ctrl-C again to quit without a checkpoint)\n")
             signal.signal(signal.SIGINT, self._previous or signal.default_int_handler)
-            raise KeyboardInterrupt
-        self.requested = True
 
     def __enter__(self) -> InterruptGuard:
         if threading.current_thread() is threading.main_thread():

@@ -1,9 +1,13 @@
-"""Exploration schedule of the epsilon-greedy loops."""
+"""Schedules of the off-policy loops: exploration (epsilon) and learning credit."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -40,3 +44,26 @@ class EpsilonSchedule:
         if epsilon < self.end or self.decay == 1.0 or epsilon <= 0.0:
             return math.inf
         return math.log(epsilon / self.start) / math.log(self.decay)
+
+
+class LearnCredit(list[int]):
+    """Per population slot, the environment steps not yet paid for by a learning step: each vector
+    step earns ``num_envs``, each learning step costs the agent's ``learn_step``. Saved in
+    checkpoints, so a resumed run learns at the same steps as an uninterrupted one."""
+
+    def __init__(self, slots: int) -> None:
+        super().__init__([0] * slots)
+
+    def pay(self, slot: int, earned: int, learn_step: int) -> int:
+        """Add `earned` steps to `slot`; return how many learning steps they pay for."""
+        updates, self[slot] = divmod(self[slot] + earned, learn_step)
+        return updates
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Checkpoint state (a buffer-like entry of the run checkpoint)."""
+        return {"steps": np.asarray(self, dtype=np.int64)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`; a checkpoint of another population size leaves every slot at 0."""
+        saved = [int(v) for v in np.asarray(state["steps"]).reshape(-1)]
+        self[:] = saved if len(saved) == len(self) else [0] * len(self)

@@ -20,7 +20,7 @@ import numpy as np
 
 from agile_core.hpo.mutation import Mutations
 from agile_core.hpo.protocols import SelectionStrategy
-from agile_core.training import resolve_selection_strategy
+from agile_core.training import LearnCredit, resolve_selection_strategy
 from agile_core.training.generations import GenerationLoop, PhaseResult
 from agile_core.training.profiling import PROFILER
 from agile_marl.population import act_groups
@@ -44,13 +44,13 @@ def _reset_noise(population: list[Any], num_envs: int, ended: np.ndarray | None 
             reset(None if ended is None else ended[slot * num_envs:(slot + 1) * num_envs])
 
 
-def _learn(population: list[Any], run: PopulationRun, memory: Any, learning_delay: int, learn_credit: list[int],
+def _learn(population: list[Any], run: PopulationRun, memory: Any, learning_delay: int, learn_credit: LearnCredit,
            results: list[PhaseResult]) -> None:
     """Account one vector step per member and run the learning steps it pays for, group by group."""
     updates = []
     for slot, agent in enumerate(population):
         agent.steps += run.num_envs
-        count, learn_credit[slot] = divmod(learn_credit[slot] + run.num_envs, agent.learn_step)
+        count = learn_credit.pay(slot, run.num_envs, agent.learn_step)
         updates.append(count if len(memory) >= max(agent.batch_size, learning_delay) else 0)
     assert run.groups is not None
     for round_index in range(max(updates)):
@@ -67,7 +67,7 @@ def _learn(population: list[Any], run: PopulationRun, memory: Any, learning_dela
 
 
 def _phase(population: list[Any], run: PopulationRun, memory: Any, vector_steps: int, learning_delay: int,
-           learn_credit: list[int], should_stop: Callable[[], bool]) -> list[PhaseResult]:
+           learn_credit: LearnCredit, should_stop: Callable[[], bool]) -> list[PhaseResult]:
     members = len(population)
     run.groups_for(population)
     assert run.groups is not None
@@ -182,7 +182,7 @@ def train_multi_agent_off_policy(
         raise ValueError(f"learning_delay must be an integer >= 0, got {learning_delay!r}")
     widened = population_env(env, len(pop))
     run = PopulationRun(widened, widened.num_envs // len(pop), batched=batch_population)
-    learn_credit = [0] * len(pop)
+    learn_credit = LearnCredit(len(pop))
 
     def phase(population: list[Any], vector_steps: int, should_stop: Callable[[], bool]) -> list[PhaseResult]:
         return _phase(population, run, memory, vector_steps, learning_delay, learn_credit, should_stop)
@@ -199,7 +199,7 @@ def train_multi_agent_off_policy(
         tensorboard=tensorboard, tensorboard_log_dir=tensorboard_log_dir, verbose=verbose,
         wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs, csv_path=csv_path, seed=seed,
         buffers=lambda: {"replay": memory.state_dict(),
-                         "learn_credit": {"steps": np.asarray(learn_credit, dtype=np.int64)}},
+                         "learn_credit": learn_credit.state_dict()},
     )
 
     def load_buffers(saved: Any) -> None:
@@ -208,9 +208,7 @@ def train_multi_agent_off_policy(
         if "replay" in saved:
             memory.load_state_dict(saved["replay"])
         if "learn_credit" in saved:
-            credit = [int(c) for c in np.asarray(saved["learn_credit"]["steps"]).reshape(-1)]
-            if len(credit) == len(learn_credit):
-                learn_credit[:] = credit
+            learn_credit.load_state_dict(saved["learn_credit"])
 
     return run_generations(loop, run, phase, eval_loop=eval_loop, eval_steps=eval_steps, sum_scores=sum_scores,
                            resume_from_checkpoint=resume_from_checkpoint, load_buffers=load_buffers)
