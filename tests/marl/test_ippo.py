@@ -14,7 +14,6 @@ import torch
 from gymnasium import spaces
 
 from agile_core.algorithms.group import MemberGroup, make_member_groups
-from agile_core.networks.stacked import NotStackableError
 from agile_marl.buffers.rollout import (
     MultiAgentRolloutBuffer,
     compute_advantages_together,
@@ -157,7 +156,7 @@ def test_learn_equals_the_per_agent_oracle(case: str) -> None:
     torch.manual_seed(0)
     buffer = random_rollout(agent, 0)
     buffer.compute_advantages(last_values(agent, 0), agent.gamma, agent.gae_lambda)
-    assert agent.solo_group().stacked == (case != "box")
+    assert agent.solo_group().stacked  # the Gaussian log-std stacks [P, 1, A] too
     for _ in range(2):  # the second update starts from the Adam state of the first
         expected = ippo_learn(oracle, buffer)
         assert_same_stats(agent.learn(buffer), expected)
@@ -192,14 +191,8 @@ def test_group_learning_equals_single_agents(case: str) -> None:
         buffer.compute_advantages(last_values(agent, seed), agent.gamma, agent.gae_lambda)
     compute_advantages_together(twins, [last_values(a, s) for s, a in enumerate(batched)],
                                 [a.gamma for a in batched], [a.gae_lambda for a in batched])
-    if case == "continuous":  # the Gaussian log-std does not stack: groups of one, the same step
-        with pytest.raises(NotStackableError):
-            MemberGroup(batched)
-        groups = make_member_groups(batched)
-        assert [slots for slots, _ in groups] == [[0], [1], [2]]
-    else:
-        groups = [([0, 1, 2], MemberGroup(batched))]
-        assert groups[0][1].stacked
+    groups = make_member_groups(batched)  # Box policies too: the Gaussian log-std stacks [P, 1, A]
+    assert [slots for slots, _ in groups] == [[0, 1, 2]] and groups[0][1].stacked
     first = None
     for active in SCHEDULE:
         expected = [agent.learn(buffer) if on else None for agent, buffer, on in zip(singles, buffers, active,
