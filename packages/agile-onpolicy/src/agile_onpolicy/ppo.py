@@ -560,7 +560,7 @@ class PPO(SingleAgentAlgorithm):
                policy: bool = True, critic: bool = True) -> tuple[torch.Tensor, torch.Tensor | None, HiddenStates | None]:
         """Policy-head outputs ``[P, rows, n]`` (when `policy`), values ``[P, rows]`` (when `critic`)
         and the new recurrent state of network inputs ``[P, rows, ...]``: the stacked networks of
-        `group`, or the member's own for a group of one that does not stack (recurrent, Gaussian,
+        `group`, or the member's own for a group of one that does not stack (recurrent,
         convolutional...), run on its rows and given back a member axis of 1."""
         if group.stacked:
             actor = cast(StochasticActor, group.nets["actor"])
