@@ -15,8 +15,10 @@ case.
 
 from __future__ import annotations
 
+import contextlib
 import copy
-from collections.abc import Mapping, Sequence
+import weakref
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self
 
@@ -29,7 +31,10 @@ from agile_core.checkpoint import CheckpointError
 from agile_core.hpo.hyperparameters import HyperparameterConfig
 from agile_llm.models import AdapterView, SharedBase
 
-__all__ = ["LoRAFinetuner", "sequence_logprobs"]
+__all__ = ["REFERENCES", "LoRAFinetuner", "sequence_logprobs"]
+
+REFERENCES = ("base", "initial")
+"""Kinds of reference policy (see :class:`LoRAFinetuner`'s ``reference``)."""
 
 
 def sequence_logprobs(model: nn.Module, batch: Mapping[str, Any], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -57,6 +62,11 @@ class LoRAFinetuner(LLMAlgorithm):
         index, hp_config, device: As for every agile algorithm.
         seed: Seed of the member's generator (batch sampling).
         base_dir: Folder a relative model path is resolved against.
+        reference: The reference policy of the KL or DPO term: ``"base"``, the shared base with
+            adapters disabled; ``"initial"``, a frozen copy of this member's adapter as it was
+            when the member was created or loaded, kept as a separate non-trainable adapter on
+            the same shared base (cloned with the member, saved in its checkpoints; a checkpoint
+            saved without one loads with the reference set to a copy of the loaded adapter).
     """
 
     optimizer: torch.optim.Optimizer
@@ -65,7 +75,9 @@ class LoRAFinetuner(LLMAlgorithm):
     def __init__(self, model: Any, *, tokenizer: Any = None, lora_config: Mapping[str, Any] | None = None,
                  lr: float, batch_size: int, max_length: int, max_grad_norm: float | None,
                  index: int = 0, hp_config: HyperparameterConfig | None = None, device: str | torch.device = "cpu",
-                 seed: int | None = None, base_dir: str | None = None) -> None:
+                 seed: int | None = None, base_dir: str | None = None, reference: str = "base") -> None:
+        if reference not in REFERENCES:
+            raise ValueError(f"reference must be one of {', '.join(REFERENCES)}, not {reference!r}")
         super().__init__(index=index, hp_config=hp_config, device=device)
         self.base = SharedBase.of(model, tokenizer, lora_config, base_dir=base_dir, device=device)
         self.lr = float(lr)
@@ -74,10 +86,18 @@ class LoRAFinetuner(LLMAlgorithm):
         self.max_grad_norm = None if max_grad_norm is None else float(max_grad_norm)
         self.rng = np.random.default_rng(seed)
         self.adapter_name = self.base.new_adapter()
-        import weakref
-
         weakref.finalize(self, self.base.release, self.adapter_name)
         self.adapter = AdapterView(self.base.adapter_parameters(self.adapter_name))
+        self.reference = reference
+        self.reference_adapter_name: str | None = None
+        """Name of the frozen reference adapter (``reference="initial"``), else None."""
+        self.reference_logprob_cache: dict[tuple[tuple[int, ...], int], float] = {}
+        """Summed log-probs under this member's own frozen reference (``reference="initial"``)."""
+        if reference == "initial":
+            self.reference_adapter_name = self.base.new_adapter()
+            weakref.finalize(self, self.base.release, self.reference_adapter_name)
+            self.reset_reference()
+        self.base.activate(self.adapter_name)
         self.register_network_group("adapter")
         self.register_optimizer("optimizer", ["adapter"], "lr")
         # Checkpoints refer to the base, never embed it: a reference string and its hash.
@@ -102,6 +122,49 @@ class LoRAFinetuner(LLMAlgorithm):
             torch.nn.utils.clip_grad_norm_(list(self.adapter.parameters()), self.max_grad_norm)
         self.optimizer.step()
         self.learn_counter += 1
+
+    # ------------------------------------------------------------------ reference policy
+    def _reference_parameters(self) -> dict[str, nn.Parameter]:
+        assert self.reference_adapter_name is not None
+        return self.base.adapter_parameters(self.reference_adapter_name)
+
+    def reference_tensors(self) -> dict[str, torch.Tensor]:
+        """Copies of the frozen reference adapter's tensors (empty with ``reference="base"``)."""
+        if self.reference_adapter_name is None:
+            return {}
+        return {key: param.detach().clone() for key, param in self._reference_parameters().items()}
+
+    def reset_reference(self, tensors: Mapping[str, torch.Tensor] | None = None) -> None:
+        """Set the frozen reference adapter to `tensors` (None: a copy of the member's adapter
+        now); nothing with ``reference="base"``."""
+        if self.reference_adapter_name is None:
+            return
+        source = dict(tensors) if tensors is not None else dict(self.adapter.state_dict())
+        target = self._reference_parameters()
+        if set(source) != set(target):
+            raise CheckpointError("reference_adapter", "the saved reference adapter does not match this "
+                                  "member's LoRA shapes")
+        with torch.no_grad():
+            for key, param in target.items():
+                param.copy_(source[key].to(param.device, param.dtype))
+                param.requires_grad_(False)
+        self.reference_logprob_cache.clear()
+
+    @contextlib.contextmanager
+    def reference_policy(self) -> Iterator[nn.Module]:
+        """The reference policy for this block: the shared base with adapters disabled
+        (``reference="base"``) or the member's frozen reference adapter (``"initial"``). The
+        caller sets train/eval mode and disables gradients."""
+        if self.reference_adapter_name is None:
+            with self.base.reference_model(self.adapter_name) as model:
+                yield model
+            return
+        try:
+            yield self.base.activate(self.reference_adapter_name)
+        finally:
+            self.base.activate(self.adapter_name)
+            for param in self._reference_parameters().values():
+                param.requires_grad_(False)
 
     # ------------------------------------------------------------------ agent API
     def learn(self, batch: Mapping[str, Any]) -> dict[str, float]:
@@ -143,9 +206,19 @@ class LoRAFinetuner(LLMAlgorithm):
         """The base model's reference and content hash (checked on load)."""
         return {"base_model": self.base.reference, "base_model_hash": self.base.model_hash}
 
+    def extra_tensors(self) -> dict[str, Any]:
+        """The frozen reference adapter (``reference="initial"``), saved beside the adapter."""
+        return {"reference_adapter": self.reference_tensors()} if self.reference_adapter_name else {}
+
     def load_extra_state(self, state: dict[str, Any], tensors: dict[str, Any]) -> None:
-        """Refuse state saved for another base model."""
+        """Refuse state saved for another base model; restore the reference adapter (a copy of
+        the loaded adapter when the checkpoint has none)."""
         check_base(state, self.base)
+        self._restore_reference(tensors)
+
+    def _restore_reference(self, tensors: Mapping[str, Any]) -> None:
+        saved = tensors.get("reference_adapter")
+        self.reset_reference(saved if saved else None)
 
     def load_checkpoint(self, path: str | Path) -> None:
         """Resume from an agent checkpoint (refused when it was saved on another base model)."""
@@ -153,9 +226,14 @@ class LoRAFinetuner(LLMAlgorithm):
         super().load_checkpoint(path)
 
     def load_weights(self, path: str | Path) -> None:
-        """Take a saved adapter only (refused when it was saved on another base model)."""
-        self._check_saved_base(path)
-        super().load_weights(path)
+        """Take a saved adapter only (refused when it was saved on another base model); the
+        reference adapter (``reference="initial"``) becomes the saved one, else the loaded adapter."""
+        from agile_core.algorithms.persistence import read_agent, restore_agent
+
+        meta, tensors = read_agent(path, self.device)
+        check_base(meta.get("extra") or {}, self.base)
+        restore_agent(self, meta, tensors, weights_only=True)
+        self._restore_reference(tensors.get("extra") or {})
 
     def _check_saved_base(self, path: str | Path) -> None:
         from agile_core.algorithms.persistence import read_agent

@@ -1,7 +1,8 @@
 """DPO: direct preference optimisation of a LoRA adapter against the frozen base.
 
 With ``log pi`` the summed log-probability of a response under the member (adapter on) and
-``log pi_ref`` under the reference (the shared base, adapters disabled), the implicit reward
+``log pi_ref`` under the reference (the shared base with adapters disabled, or with
+``reference="initial"`` the member's frozen initial adapter), the implicit reward
 margin of a pair is ``m = beta * ((log pi(c) - log pi_ref(c)) - (log pi(r) - log pi_ref(r)))``
 and the loss is ``mean(-log sigmoid(m)) + nll_alpha * NLL(c)`` (NLL per chosen token).
 Fitness (``test``): preference accuracy on held-out pairs (``m > 0``, ties count one half);
@@ -34,7 +35,7 @@ def dpo_loss(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor, ref_cho
 
 class DPO(LoRAFinetuner):
     """Direct preference optimisation (see the module docstring); arguments as
-    :class:`LoRAFinetuner` plus `beta` and `nll_alpha`, defaults from :class:`~agile_llm.specs.DPOSpec`."""
+    :class:`LoRAFinetuner` plus `beta`, `nll_alpha` and `reference`, defaults from :class:`~agile_llm.specs.DPOSpec`."""
 
     hyperparameter_names: ClassVar[tuple[str, ...]] = (
         "lr", "batch_size", "max_length", "max_grad_norm", "beta", "nll_alpha")
@@ -43,20 +44,22 @@ class DPO(LoRAFinetuner):
                  lr: float = _D["lr"], batch_size: int = _D["batch_size"], max_length: int = _D["max_length"],
                  max_grad_norm: float | None = _D["max_grad_norm"], beta: float = _D["beta"],
                  nll_alpha: float = _D["nll_alpha"], index: int = 0, hp_config: HyperparameterConfig | None = None,
-                 device: str | torch.device = "cpu", seed: int | None = None, base_dir: str | None = None) -> None:
+                 device: str | torch.device = "cpu", seed: int | None = None, base_dir: str | None = None,
+                 reference: str = _D["reference"]) -> None:
         DPOSpec.check_values({"lr": lr, "batch_size": batch_size, "max_length": max_length,
                               "max_grad_norm": max_grad_norm, "beta": beta, "nll_alpha": nll_alpha})
         super().__init__(model, tokenizer=tokenizer, lora_config=lora_config, lr=lr, batch_size=batch_size,
                          max_length=max_length, max_grad_norm=max_grad_norm, index=index, hp_config=hp_config,
-                         device=device, seed=seed, base_dir=base_dir)
+                         device=device, seed=seed, base_dir=base_dir, reference=reference)
         self.beta = float(beta)
         self.nll_alpha = float(nll_alpha)
         self.last_margin = 0.0
 
     def _reference(self, batch: Mapping[str, Any]) -> torch.Tensor:
-        """Reference log-probs of each row: the frozen base never changes, so they are computed
-        once per (sequence, response start) in eval mode and cached on the shared base."""
-        cache = self.base.reference_cache
+        """Reference log-probs of each row: the reference never changes, so they are computed
+        once per (sequence, response start) in eval mode and cached (on the shared base for the
+        ``base`` reference, on the member for its own ``initial`` one)."""
+        cache = self.base.reference_cache if self.reference_adapter_name is None else self.reference_logprob_cache
         ids, mask, labels = batch["input_ids"], batch["attention_mask"], batch["labels"]
         keys = [(tuple(ids[row, :int(mask[row].sum())].tolist()), int((labels[row] != -100).int().argmax()))
                 for row in range(ids.shape[0])]
@@ -64,7 +67,7 @@ class DPO(LoRAFinetuner):
             model = self.base.peft_model
             training = model.training
             model.eval()
-            with torch.no_grad(), self.base.reference_model(self.adapter_name) as reference:
+            with torch.no_grad(), self.reference_policy() as reference:
                 values = sequence_logprobs(reference, batch, self.device)[0].tolist()
             model.train(training)
             cache.update(zip(keys, values, strict=True))

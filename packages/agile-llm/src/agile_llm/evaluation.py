@@ -400,7 +400,7 @@ def _dpo_metrics(agent: Any, env: Any, batch_size: int = 32) -> dict[str, Any]:
         for batch in env.test_batches(batch_size):
             count = int(batch["pairs"])
             logp, _ = sequence_logprobs(agent.policy(training=False), batch, agent.device)
-            with agent.base.reference_model(agent.adapter_name) as reference:
+            with agent.reference_policy() as reference:
                 ref, _ = sequence_logprobs(reference, batch, agent.device)
             loss, _ = dpo_loss(logp[:count], logp[count:], ref[:count], ref[count:], agent.beta)
             total += float(loss) * count

@@ -6,7 +6,8 @@ to every policy-generated token of its transcript (the rollout mask). With ``r``
 current to the sampling-time probability of a generated token, the loss of a sequence is the mean
 over its generated tokens of ``-min(r A, clip(r, 1 - clip_coef, 1 + clip_coef) A) + beta * KL``,
 where ``KL`` is the unbiased ``exp(q - p) - (q - p) - 1`` estimate against the reference (the
-shared base, adapters disabled; ``q`` its log-prob, ``p`` the member's); the batch loss is the
+shared base with adapters disabled, or the member's frozen initial adapter with ``reference:
+initial``; ``q`` its log-prob, ``p`` the member's); the batch loss is the
 mean over sequences. Each batch is reused for ``update_epochs`` updates. With the vLLM backend
 each generated token's term is multiplied by the truncated importance weight between the
 engine's and the trainer's log-probs (:mod:`agile_llm.vllm_backend`).
@@ -49,7 +50,7 @@ class GRPO(RolloutLearner):
     """Group relative policy optimisation of one LoRA adapter per member on a shared base.
 
     Args:
-        model, tokenizer, lora_config, index, hp_config, device, seed, base_dir: As for
+        model, tokenizer, lora_config, index, hp_config, device, seed, base_dir, reference: As for
             :class:`~agile_llm.algorithm.LoRAFinetuner`.
         lr, batch_size, max_length, max_grad_norm, beta, clip_coef, group_size, temperature,
         max_new_tokens, update_epochs, use_vllm, vllm_config: See
@@ -68,7 +69,8 @@ class GRPO(RolloutLearner):
                  update_epochs: int = _D["update_epochs"], use_vllm: bool = _D["use_vllm"],
                  vllm_config: Mapping[str, Any] | None = None, index: int = 0,
                  hp_config: HyperparameterConfig | None = None, device: str | torch.device = "cpu",
-                 seed: int | None = None, base_dir: str | None = None) -> None:
+                 seed: int | None = None, base_dir: str | None = None,
+                 reference: str = _D["reference"]) -> None:
         GRPOSpec.check_values({"lr": lr, "batch_size": batch_size, "max_length": max_length,
                                "max_grad_norm": max_grad_norm, "beta": beta, "clip_coef": clip_coef,
                                "group_size": group_size, "temperature": temperature,
@@ -77,7 +79,7 @@ class GRPO(RolloutLearner):
                          max_length=max_length, max_grad_norm=max_grad_norm, beta=beta, temperature=temperature,
                          max_new_tokens=max_new_tokens, group_size=group_size, use_vllm=use_vllm,
                          vllm_config=vllm_config, index=index, hp_config=hp_config, device=device, seed=seed,
-                         base_dir=base_dir)
+                         base_dir=base_dir, reference=reference)
         self.clip_coef = float(clip_coef)
         self.update_epochs = int(update_epochs)
 

@@ -106,7 +106,7 @@ class LLMPPO(RolloutLearner):
     docstring).
 
     Args:
-        model, tokenizer, lora_config, index, hp_config, device, seed, base_dir: As for
+        model, tokenizer, lora_config, index, hp_config, device, seed, base_dir, reference: As for
             :class:`~agile_llm.algorithm.LoRAFinetuner`.
         lr, critic_lr, batch_size, max_length, max_grad_norm, beta, clip_coef, group_size, gamma,
         gae_lambda, update_epochs, normalize_advantages, temperature, max_new_tokens, use_vllm,
@@ -129,7 +129,8 @@ class LLMPPO(RolloutLearner):
                  temperature: float = _D["temperature"], max_new_tokens: int = _D["max_new_tokens"],
                  use_vllm: bool = _D["use_vllm"], vllm_config: Mapping[str, Any] | None = None, index: int = 0,
                  hp_config: HyperparameterConfig | None = None, device: str | torch.device = "cpu",
-                 seed: int | None = None, base_dir: str | None = None) -> None:
+                 seed: int | None = None, base_dir: str | None = None,
+                 reference: str = _D["reference"]) -> None:
         LLMPPOSpec.check_values({"lr": lr, "critic_lr": critic_lr, "batch_size": batch_size,
                                  "max_length": max_length, "max_grad_norm": max_grad_norm, "beta": beta,
                                  "clip_coef": clip_coef, "group_size": group_size, "gamma": gamma,
@@ -140,7 +141,7 @@ class LLMPPO(RolloutLearner):
                          max_length=max_length, max_grad_norm=max_grad_norm, beta=beta, temperature=temperature,
                          max_new_tokens=max_new_tokens, group_size=group_size, use_vllm=use_vllm,
                          vllm_config=vllm_config, index=index, hp_config=hp_config, device=device, seed=seed,
-                         base_dir=base_dir)
+                         base_dir=base_dir, reference=reference)
         self.critic_lr = float(critic_lr)
         self.clip_coef = float(clip_coef)
         self.gamma = float(gamma)

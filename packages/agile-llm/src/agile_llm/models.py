@@ -3,7 +3,8 @@
 :class:`SharedBase` owns the base causal LM wrapped as a peft multi-adapter model. Members ask it
 for a fresh adapter (:meth:`SharedBase.new_adapter`), activate theirs before each forward
 (:meth:`SharedBase.activate`), and the adapter is deleted when the member is garbage collected.
-The DPO reference policy is the base with adapters disabled (:meth:`SharedBase.reference`).
+The default reference policy (KL, DPO) is the base with adapters disabled
+(:meth:`SharedBase.reference_model`); a member's frozen ``initial`` reference is one more adapter.
 
 Bases are cached per process (by resolved local path, or by content hash for a model built in
 memory), so members rebuilt from a checkpoint attach to the base already loaded instead of

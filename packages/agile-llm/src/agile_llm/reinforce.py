@@ -59,7 +59,7 @@ class LLMREINFORCE(RolloutLearner):
     """REINFORCE with a baseline, one LoRA adapter per member on a shared base.
 
     Args:
-        model, tokenizer, lora_config, index, hp_config, device, seed, base_dir: As for
+        model, tokenizer, lora_config, index, hp_config, device, seed, base_dir, reference: As for
             :class:`~agile_llm.algorithm.LoRAFinetuner`.
         lr, batch_size, max_length, max_grad_norm, beta, group_size, baseline, baseline_decay,
         temperature, max_new_tokens, use_vllm, vllm_config: See
@@ -78,7 +78,8 @@ class LLMREINFORCE(RolloutLearner):
                  max_new_tokens: int = _D["max_new_tokens"], use_vllm: bool = _D["use_vllm"],
                  vllm_config: Mapping[str, Any] | None = None, index: int = 0,
                  hp_config: HyperparameterConfig | None = None, device: str | torch.device = "cpu",
-                 seed: int | None = None, base_dir: str | None = None) -> None:
+                 seed: int | None = None, base_dir: str | None = None,
+                 reference: str = _D["reference"]) -> None:
         LLMREINFORCESpec.check_values({"lr": lr, "batch_size": batch_size, "max_length": max_length,
                                        "max_grad_norm": max_grad_norm, "beta": beta, "group_size": group_size,
                                        "baseline": baseline, "baseline_decay": baseline_decay,
@@ -87,7 +88,7 @@ class LLMREINFORCE(RolloutLearner):
                          max_length=max_length, max_grad_norm=max_grad_norm, beta=beta, temperature=temperature,
                          max_new_tokens=max_new_tokens, group_size=group_size, use_vllm=use_vllm,
                          vllm_config=vllm_config, index=index, hp_config=hp_config, device=device, seed=seed,
-                         base_dir=base_dir)
+                         base_dir=base_dir, reference=reference)
         self.baseline = str(baseline)
         self.baseline_decay = float(baseline_decay)
         self.running_baseline: float | None = None

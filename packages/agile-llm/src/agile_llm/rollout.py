@@ -8,6 +8,15 @@ policy-generated tokens (the only ones trained), stops after ``max_turns`` or wh
 could not fit in ``max_model_len`` tokens (``truncated``), and gives every environment call at
 most ``io_timeout_s`` seconds (``TimeoutError``).
 
+Observations are plain text by default (BOS, then the prompt; feedback tokenised as is). With
+``chat_template=True`` the conversation is rendered through ``tokenizer.apply_chat_template``:
+the first observation is a user message followed by the generation prompt, each completion an
+assistant message and each later observation another user message. Each new piece of the
+transcript is the text difference between the rendered conversation with and without it (so
+the ids stay one continuous sequence: earlier tokens, generated ones included, are never
+re-tokenised); a template that renders earlier turns differently once later ones are added is
+refused with :class:`ChatTemplateError`.
+
 Constructors: :class:`PromptAnswerEnv` (single turn: rows of ``{prompt, answer}`` scored by
 ``reward_fn(completion, answer, prompt) -> float``) and :func:`load_env_factory` (a multi-turn
 environment class or factory named ``"module:attr"``). :func:`load_reward_fn` loads a reward
@@ -26,7 +35,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-__all__ = ["Completion", "Episode", "PromptAnswerEnv", "RolloutHarness", "TextEnv", "load_env_factory",
+__all__ = ["ChatTemplateError", "Completion", "Episode", "PromptAnswerEnv", "RolloutHarness", "TextEnv", "load_env_factory",
            "load_reward_fn", "run_episodes"]
 
 RewardFn = Callable[[str, str, str], float]
@@ -80,6 +89,26 @@ class Completion:
     """Log-prob of each generated token under the sampler (same length as ``ids``), or None."""
 
 
+class ChatTemplateError(ValueError):
+    """The tokenizer has no chat template, or its template cannot extend a transcript in place."""
+
+
+def _template_name(tokenizer: Any) -> str:
+    """How errors name a tokenizer's chat template: its tokenizer and the template's opening."""
+    template = str(getattr(tokenizer, "chat_template", "") or "")
+    opening = template[:60].replace("\n", " ") + ("..." if len(template) > 60 else "")
+    return f"the chat template of {getattr(tokenizer, 'name_or_path', '') or type(tokenizer).__name__} ({opening!r})"
+
+
+def require_chat_template(tokenizer: Any) -> None:
+    """ChatTemplateError unless `tokenizer` has a chat template to render conversations with."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise ChatTemplateError(
+            f"the tokenizer {getattr(tokenizer, 'name_or_path', '') or type(tokenizer).__name__} has no chat "
+            "template (tokenizer.chat_template is unset): use chat_template: false (plain text) or a tokenizer "
+            "that ships one")
+
+
 def _call(timeout: float | None, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """`fn(*args)` with a deadline: TimeoutError after `timeout` seconds (None: no deadline).
     The worker thread of a hung call is abandoned (Python cannot kill a thread)."""
@@ -106,12 +135,21 @@ class RolloutHarness:
         max_turns: Policy turns per episode at most.
         max_model_len: Longest transcript in tokens (None: unlimited).
         io_timeout_s: Deadline of each ``reset``/``step`` call (None: none).
+        chat_template: Render the conversation through the tokenizer's chat template (see the
+            module docstring) instead of plain text; the template then decides about BOS.
     """
 
     def __init__(self, env: TextEnv, tokenizer: Any, *, max_turns: int = 1, max_model_len: int | None = None,
-                 io_timeout_s: float | None = 600.0) -> None:
+                 io_timeout_s: float | None = 600.0, chat_template: bool = False) -> None:
         if max_turns < 1:
             raise ValueError("max_turns must be at least 1")
+        if chat_template:
+            require_chat_template(tokenizer)
+        self.chat_template = bool(chat_template)
+        self.messages: list[dict[str, str]] = []
+        """The conversation so far (chat template only)."""
+        self._rendered = ""
+        """The rendered conversation the transcript holds so far (chat template only)."""
         self.env = env
         self.tokenizer = tokenizer
         self.max_turns = int(max_turns)
@@ -128,13 +166,39 @@ class RolloutHarness:
         obs = _call(self.io_timeout_s, self.env.reset, seed=seed, options=options)
         if isinstance(obs, tuple):  # (obs, info) as gymnasium does
             obs = obs[0]
-        bos = self.tokenizer.bos_token_id
-        ids = ([bos] if bos is not None else []) + self._encode(str(obs))
+        if self.chat_template:
+            self.messages = [{"role": "user", "content": str(obs)}]
+            self._rendered = self._render(self.messages)
+            ids = self._encode(self._rendered)
+        else:
+            bos = self.tokenizer.bos_token_id
+            ids = ([bos] if bos is not None else []) + self._encode(str(obs))
         self.episode = Episode(ids=list(ids), mask=[0] * len(ids), prompt=str(obs))
         self.turns = 0
         if self.max_model_len is not None and len(ids) >= self.max_model_len:
             self.episode.truncated = self.episode.done = True
         return list(ids)
+
+    def _render(self, messages: list[dict[str, str]]) -> str:
+        return str(self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+
+    def _chat_feedback(self, completion_ids: list[int], completion: str, obs: str) -> str:
+        """The text the transcript needs after the completion so that it reads as the rendered
+        conversation with the completion (assistant) and `obs` (user) added."""
+        messages = [*self.messages, {"role": "assistant", "content": completion}, {"role": "user", "content": obs}]
+        rendered = self._render(messages)
+        head = self._rendered + completion
+        if not rendered.startswith(head):
+            raise ChatTemplateError(
+                f"{_template_name(self.tokenizer)} renders the earlier turns differently once a new one is added "
+                "(e.g. it drops or rewrites past assistant messages), so the transcript cannot stay one continuous "
+                "token sequence: use chat_template: false or a template that only appends")
+        rest = rendered[len(head):]
+        eos, eos_id = self.tokenizer.eos_token, self.tokenizer.eos_token_id
+        if completion_ids and eos_id is not None and completion_ids[-1] == eos_id and eos and rest.startswith(eos):
+            rest = rest[len(eos):]  # the generated EOS already closes the turn as the template does
+        self.messages, self._rendered = messages, rendered
+        return rest
 
     def room(self) -> int | None:
         """Tokens the policy may still generate before the transcript reaches ``max_model_len``."""
@@ -170,7 +234,8 @@ class RolloutHarness:
         ep.rewards.append(float(reward))
         feedback: list[int] | None = None
         if not (terminated or truncated) and obs is not None and self.turns < self.max_turns:
-            feedback = self._encode(str(obs))
+            feedback = self._encode(self._chat_feedback(completion_ids, text, str(obs)) if self.chat_template
+                                    else str(obs))
             # The feedback plus at least one generated token must fit.
             if self.max_model_len is not None and len(ep.ids) + len(feedback) + 1 > self.max_model_len:
                 truncated, feedback = True, None

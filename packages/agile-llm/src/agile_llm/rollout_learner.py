@@ -8,7 +8,8 @@ advantages and loss).
   :func:`~agile_llm.rollout.run_episodes` (one continuous transcript per episode).
 * **Tensors of a batch** (:meth:`RolloutLearner.rollout_batch`): right-padded ids, the loss mask
   (1 exactly on generated tokens), the trainer's log-probs at sampling time, the reference's
-  (shared base, adapters disabled) and, with vLLM, the truncated importance weights.
+  (shared base with adapters disabled, or the member's frozen initial adapter: ``reference``)
+  and, with vLLM, the truncated importance weights.
 * **Evaluation**: greedy episodes on the held-out prompts; fitness is their mean return.
 * **Learning**: ``learn_members`` is the one definition of a step for a group of members (it
   iterates: peft trains one adapter at a time); subclasses implement :meth:`update`.
@@ -80,7 +81,8 @@ class RolloutBatch:
     old: torch.Tensor
     """Trainer's log-probs at sampling time ``[B, L - 1]``."""
     ref: torch.Tensor | None
-    """Reference (base, adapters disabled) log-probs ``[B, L - 1]``; None when ``beta`` is 0
+    """Reference log-probs (base with adapters disabled, or the frozen initial adapter)
+    ``[B, L - 1]``; None when ``beta`` is 0
     (no KL term, so no reference forward)."""
     weights: torch.Tensor
     """Truncated importance weights ``[B, L - 1]`` (1 without vLLM)."""
@@ -92,14 +94,14 @@ class RolloutLearner(LoRAFinetuner):
     """Base of the rollout algorithms (see the module docstring). Arguments as for
     :class:`~agile_llm.algorithm.LoRAFinetuner`, plus the shared rollout fields of
     :class:`~agile_llm.specs.GRPOSpec` (``beta``, ``temperature``, ``max_new_tokens``,
-    ``group_size``, ``use_vllm``, ``vllm_config``)."""
+    ``group_size``, ``use_vllm``, ``vllm_config``, ``reference``)."""
 
     def __init__(self, model: Any, *, tokenizer: Any = None, lora_config: Mapping[str, Any] | None = None,
                  lr: float, batch_size: int, max_length: int, max_grad_norm: float | None, beta: float,
                  temperature: float, max_new_tokens: int, group_size: int, use_vllm: bool = False,
                  vllm_config: Mapping[str, Any] | Any = None, index: int = 0,
                  hp_config: HyperparameterConfig | None = None, device: str | torch.device = "cpu",
-                 seed: int | None = None, base_dir: str | None = None) -> None:
+                 seed: int | None = None, base_dir: str | None = None, reference: str = "base") -> None:
         from agile_llm.specs import VLLMConfigSpec
 
         config = VLLMConfigSpec.model_validate(
@@ -110,7 +112,7 @@ class RolloutLearner(LoRAFinetuner):
             require_vllm()
         super().__init__(model, tokenizer=tokenizer, lora_config=lora_config, lr=lr, batch_size=batch_size,
                          max_length=max_length, max_grad_norm=max_grad_norm, index=index, hp_config=hp_config,
-                         device=device, seed=seed, base_dir=base_dir)
+                         device=device, seed=seed, base_dir=base_dir, reference=reference)
         self.beta = float(beta)
         self.temperature = float(temperature)
         self.max_new_tokens = int(max_new_tokens)
@@ -182,7 +184,7 @@ class RolloutLearner(LoRAFinetuner):
             old = token_logprobs(model, ids, attention)
             ref = None
             if self.beta > 0:
-                with self.base.reference_model(self.adapter_name) as reference:
+                with self.reference_policy() as reference:
                     ref = token_logprobs(reference, ids, attention)
         mask = loss_mask[:, 1:].float().to(self.device)
         weights = torch.ones_like(old)

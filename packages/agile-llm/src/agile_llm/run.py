@@ -125,7 +125,8 @@ class RolloutSource:
         from agile_llm.rollout import RolloutHarness
 
         return RolloutHarness(self.make_text_env(), self.tokenizer, max_turns=self.spec.max_turns,
-                              max_model_len=self.max_length, io_timeout_s=self.spec.io_timeout_s)
+                              max_model_len=self.max_length, io_timeout_s=self.spec.io_timeout_s,
+                              chat_template=self.spec.chat_template)
 
 
 def _copy_env(env: Any) -> Any:
@@ -142,6 +143,19 @@ def make_rollout_env(spec: Any, base_dir: str | Path | None = None, seed: int | 
     return RolloutSource(spec, base_dir)
 
 
+def check_chat_template(spec: Any, tokenizer: Any) -> None:
+    """``environment.chat_template: true`` with a tokenizer lacking a chat template is a
+    ManifestError on that field."""
+    if not spec.chat_template:
+        return
+    from agile_llm.rollout import ChatTemplateError, require_chat_template
+
+    try:
+        require_chat_template(tokenizer)
+    except ChatTemplateError as error:
+        raise ManifestError([ManifestIssue(("environment", "chat_template"), str(error))]) from error
+
+
 def make_rollout_population(manifest: TrainingManifest, env: RolloutSource, hp_config: Any, device: str) -> list[Any]:
     """`pop_size` members of the rollout algorithm on ONE shared base; binds the environment to
     its tokenizer. ``algorithm.use_vllm`` where vLLM cannot run is a ManifestError on that field."""
@@ -153,6 +167,7 @@ def make_rollout_population(manifest: TrainingManifest, env: RolloutSource, hp_c
         except VLLMUnavailableError as error:
             raise ManifestError([ManifestIssue(("algorithm", "use_vllm"), str(error))]) from error
     population = make_population_only(manifest, hp_config, device)
+    check_chat_template(env.spec, population[0].tokenizer)
     env.tokenizer = population[0].tokenizer
     env.max_length = population[0].max_length
     return population

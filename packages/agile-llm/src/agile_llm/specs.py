@@ -139,6 +139,13 @@ class DPOSpec(_LLMSpec):
     """Weight of an extra negative log-likelihood term on the chosen responses (per token, as in
     RPO); 0 disables it."""
 
+    reference: Literal["base", "initial"] = "base"
+    """Reference policy of the implicit reward: ``base``, the shared base with adapters disabled;
+    ``initial``, a frozen copy of the member's adapter as it was when the member was created or
+    loaded, kept as a separate non-trainable adapter on the same shared base (one more adapter
+    per member; cloned with the member and saved in its checkpoints; a checkpoint saved without
+    one loads with the reference set to a copy of the loaded adapter)."""
+
     algorithm_class: ClassVar[str] = "agile_llm.dpo:DPO"
     mutable_by_default: ClassVar[tuple[str, ...]] = ("lr", "beta")
 
@@ -203,6 +210,12 @@ class _RolloutSpec(_LLMSpec):
     and the trainer's log-probs (see ``vllm_config.importance_sampling_cap``)."""
     vllm_config: VLLMConfigSpec = Field(default_factory=VLLMConfigSpec)
     """vLLM engine settings (see :class:`VLLMConfigSpec`); ignored unless ``use_vllm``."""
+    reference: Literal["base", "initial"] = "base"
+    """Reference policy of the KL penalty: ``base``, the shared base with adapters disabled;
+    ``initial``, a frozen copy of the member's adapter as it was when the member was created or
+    loaded, kept as a separate non-trainable adapter on the same shared base (one more adapter
+    per member; cloned with the member and saved in its checkpoints; a checkpoint saved without
+    one loads with the reference set to a copy of the loaded adapter)."""
 
     mutable_by_default: ClassVar[tuple[str, ...]] = ("lr", "beta")
 
@@ -309,6 +322,12 @@ class LLMRolloutEnvSpec(EnvSpec):
     text environment class or zero-argument factory; replaces ``dataset``."""
     max_turns: PositiveInt = 1
     """Policy turns per episode at most."""
+    chat_template: bool = False
+    """Render the conversation through the tokenizer's chat template (``apply_chat_template``):
+    the first observation as a user message with the generation prompt, each completion as an
+    assistant message, each later feedback as another user message; the transcript stays one
+    continuous token sequence and only generated tokens are trained. False: plain text (BOS, the
+    prompt, feedback as is). Needs a tokenizer with a chat template."""
     io_timeout_s: PositiveFloat | None = 600.0
     """Deadline of each environment call in seconds (TimeoutError); null: none."""
     max_reward: float | None = None
