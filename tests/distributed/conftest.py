@@ -1,6 +1,7 @@
 """A private local Ray instance (2 CPUs, own temp dir) shared by this folder's tests in one process."""
 
 import logging
+import os
 import shutil
 import tempfile
 
@@ -11,6 +12,7 @@ from agile_core.distributed.session import LOCAL_SYSTEM_CONFIG
 
 @pytest.fixture(scope="session")
 def ray_instance():
+    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")  # as agile's import_ray does
     ray = pytest.importorskip("ray")
     if ray.is_initialized():  # pragma: no cover - another fixture or test left one open
         ray.shutdown()

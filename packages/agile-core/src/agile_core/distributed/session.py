@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -18,7 +19,12 @@ INSTALL_HINT = "install agile-core[ray] (pip install 'agile-core[ray]', or uv sy
 
 
 def import_ray() -> Any:
-    """The `ray` module, or a BackendError naming the extra to install."""
+    """The `ray` module, or a BackendError naming the extra to install.
+
+    Under `uv run`, Ray would start every worker through `uv run` as well (its uv integration,
+    read when Ray is first imported); agile's workers use this interpreter's environment as it
+    is, so that is off unless the user sets ``RAY_ENABLE_UV_RUN_RUNTIME_ENV`` themselves."""
+    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
     try:
         import ray
     except ImportError:
