@@ -15,7 +15,7 @@ import pytest
 
 from tests.cli.test_seeded_repeat import CONFIGS, ROOT, _without_timings
 
-RUN = ["--set", "training.max_steps=1536", "--set", "training.evo_steps=256", "--set", "training.pop_size=3",
+RUN = ["--set", "training.max_steps=1024", "--set", "training.evo_steps=256", "--set", "training.pop_size=3",
        "--set", "training.eval_steps=100", "--set", "training.eval_loop=1", "--set", "training.seed=11",
        "--set", "training.learning_delay=64", "--quiet"]
 
