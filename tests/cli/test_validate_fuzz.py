@@ -165,7 +165,7 @@ def test_validate_survives_1000_generated_manifests(tmp_path: Path) -> None:
     folder = tmp_path
     started_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
-    @settings(max_examples=EXAMPLES, deadline=1000, database=None, derandomize=False,
+    @settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=False,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example])
     @given(manifests)
     def check(case: tuple[str, str]) -> None:
@@ -173,15 +173,15 @@ def test_validate_survives_1000_generated_manifests(tmp_path: Path) -> None:
         file = folder / name
         file.write_bytes(text.encode("utf-8", errors="surrogatepass"))
         out, err = io.StringIO(), io.StringIO()
-        started = time.perf_counter()
+        started = time.process_time()  # CPU time: the work validate does, whatever else runs on the machine
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             code = main(["validate", str(file)])
-        elapsed = time.perf_counter() - started
+        elapsed = time.process_time() - started
         tried.append(name)
         assert code in (0, 2), (code, text[:500])
         assert "Traceback" not in err.getvalue(), err.getvalue()
         assert (code == 0) == (err.getvalue() == ""), err.getvalue()
-        assert elapsed < SECONDS, f"{elapsed:.2f} s for {text[:300]!r}"
+        assert elapsed < SECONDS, f"{elapsed:.2f} CPU s for {text[:300]!r}"
 
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         main(["validate", *map(str, CONFIGS)])  # imports every paradigm's specs before anything is timed

@@ -82,7 +82,7 @@ def test_unknown_algorithm_suggests_close_match_and_lists_installed():
         registry.algorithm_spec("dqn")
     message = str(info.value)
     assert "did you mean 'DQN'?" in message
-    assert "DDPG, DPO, DQN, GRPO, IPPO, MADDPG" in message
+    assert "DDPG, DPO, DQN, GRPO, IPPO, LLMPPO, LLMREINFORCE, MADDPG" in message
 
 
 def test_known_algorithm_of_missing_package_names_the_package(monkeypatch):
