@@ -92,6 +92,24 @@ def test_dropped_members_release_their_adapters(model_and_tokenizer) -> None:
     assert later.learn(env.sample(2, later.rng))["margin"] == 0.0
 
 
+def test_a_member_collected_in_the_middle_of_peft_work_does_not_break_it(model_and_tokenizer) -> None:
+    """The collector may free a member, and run its finalizer, while peft iterates over the
+    model's modules (as when it adds the next member's adapter): the release waits for a safe
+    point instead of changing those dictionaries under the iteration."""
+    model, tokenizer = model_and_tokenizer
+    keep = SFT(model, tokenizer=tokenizer, lora_config=LORA)
+    gone = keep.clone(index=1)
+    name = gone.adapter_name
+    walk = keep.base.peft_model.named_modules()
+    while not next(walk)[0].endswith(f"lora_A.{keep.adapter_name}"):  # inside one adapter dictionary
+        pass
+    del gone
+    gc.collect()  # the finalizer runs here, in the middle of the walk
+    assert sum(1 for _ in walk) > 0
+    assert keep.base.adapters == [keep.adapter_name]
+    assert name not in keep.base.peft_model.peft_config
+
+
 def test_models_with_adapters_are_refused(model_and_tokenizer) -> None:
     from peft import LoraConfig, get_peft_model
 

@@ -132,7 +132,9 @@ class SharedBase:
         _default_pad(tokenizer)
         self.path = reference
         self.peft_model: Any = None
-        self.adapters: list[str] = []
+        self._adapters: list[str] = []
+        self._released: list[str] = []
+        """Adapters whose members are gone, deleted at the next safe point (see :meth:`release`)."""
         self.reference_cache: dict[tuple[tuple[int, ...], int], float] = {}
         """Summed reference log-probs by (token ids, response start): the base is frozen."""
         _CACHE[self.reference] = self
@@ -189,10 +191,17 @@ class SharedBase:
         raise BaseModelError(f"expected a model path, a causal LM or a SharedBase, not {type(model).__name__}")
 
     # ------------------------------------------------------------------ adapters
+    @property
+    def adapters(self) -> list[str]:
+        """The live adapters' names, oldest first."""
+        self._delete_released()
+        return list(self._adapters)
+
     def new_adapter(self) -> str:
         """Add a fresh LoRA adapter (B = 0: the member starts as the base model); its name."""
         from peft import LoraConfig, get_peft_model
 
+        self._delete_released()
         name = f"member{next(_COUNTER)}"
         config = LoraConfig(r=self.lora.lora_r, lora_alpha=self.lora.lora_alpha,
                             target_modules=self.lora.target_modules, lora_dropout=self.lora.lora_dropout,
@@ -201,29 +210,40 @@ class SharedBase:
             self.peft_model = get_peft_model(self.base_model, config, adapter_name=name)
         else:
             self.peft_model.add_adapter(name, config)
-        self.adapters.append(name)
-        if self.peft_model.active_adapter not in self.adapters:  # every earlier member is gone
+        self._adapters.append(name)
+        if self.peft_model.active_adapter not in self._adapters:  # every earlier member is gone
             self.peft_model.set_adapter(name)
         return name
 
     def release(self, name: str) -> None:
-        """Delete adapter `name` (its member is gone)."""
-        if name not in self.adapters or self.peft_model is None:
-            return
-        self.adapters.remove(name)
-        with contextlib.suppress(Exception):  # interpreter shutdown, or peft refusing the last one
-            if self.adapters:
-                self.peft_model.set_adapter(self.adapters[0])
-            self.peft_model.delete_adapter(name)
+        """Mark adapter `name` for deletion (its member is gone).
+
+        Members call this from a finalizer, which the garbage collector may run in the middle of
+        peft iterating over its own dictionaries; so this only records the name, and the adapter
+        is deleted at the next call that touches adapters."""
+        self._released.append(name)
+
+    def _delete_released(self) -> None:
+        while self._released:
+            name = self._released.pop()
+            if name not in self._adapters or self.peft_model is None:
+                continue
+            self._adapters.remove(name)
+            with contextlib.suppress(Exception):  # peft refusing to delete the last adapter
+                if self._adapters:
+                    self.peft_model.set_adapter(self._adapters[0])
+                self.peft_model.delete_adapter(name)
 
     def adapter_parameters(self, name: str) -> dict[str, nn.Parameter]:
         """Adapter `name`'s parameters by adapter-independent key (``/`` for ``.``)."""
+        self._delete_released()
         marker = f".{name}."
         return {key.replace(marker, ".").replace(".", "/"): param
                 for key, param in self.peft_model.named_parameters() if marker in key}
 
     def activate(self, name: str) -> nn.Module:
         """Make adapter `name` the active (and only trainable) one; returns the peft model."""
+        self._delete_released()
         if self.peft_model.active_adapter != name:
             self.peft_model.set_adapter(name)
         return self.peft_model
