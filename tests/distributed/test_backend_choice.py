@@ -1,7 +1,6 @@
 """Choosing a backend: clear usage errors (exit 2) before anything trains, and Ray only
 imported when a Ray run starts."""
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -65,9 +64,13 @@ def test_importing_agile_does_not_import_ray():
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
-def test_a_multi_process_launch_of_agile_train_is_refused(tmp_path):
-    """`accelerate launch -m agile.train` (WORLD_SIZE > 1) must not start N independent runs."""
-    result = subprocess.run([sys.executable, "-m", "agile.train", PPO, "--run-dir", str(tmp_path / "run")],
-                            capture_output=True, text=True, timeout=120, env={**os.environ, "WORLD_SIZE": "2"})
-    assert result.returncode == 2
-    assert "not supported yet" in result.stderr and not (tmp_path / "run").exists()
+def test_a_multi_process_launch_needs_accelerate_and_no_ray(tmp_path, monkeypatch, capsys):
+    """Started as several processes (WORLD_SIZE > 1), `agile train` trains data-parallel with
+    Accelerate: without it, or combined with --backend ray, it stops before writing anything."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setitem(sys.modules, "accelerate", None)  # `import accelerate` now fails
+    assert main(["train", PPO, "--run-dir", str(tmp_path / "run"), "--quiet"]) == 2
+    assert "pip install accelerate" in capsys.readouterr().err
+    assert main(["train", PPO, "--backend", "ray", "--run-dir", str(tmp_path / "run"), "--quiet"]) == 2
+    assert "use one or the other" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()

@@ -15,6 +15,7 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, Self
 
+from agile_core.distributed.data_parallel import ACCELERATOR_ATTRIBUTES
 from agile_core.distributed.options import BACKENDS, RayOptions
 from agile_core.registry import algorithm_spec, paradigm_of
 from agile_core.specs.algorithm import AlgorithmSpec
@@ -101,7 +102,14 @@ class LocalTrainer(Trainer):
             raise TrainerConfigError("resume_from_checkpoint and load_weights_from are mutually exclusive: "
                                      "resume continues a run, load_weights_from starts a new one from its weights")
         if accelerator is not None:
-            raise TrainerConfigError("accelerator: distributed training is not supported by the local loops yet")
+            if backend != "local":
+                raise TrainerConfigError("accelerator and backend='ray' do not combine: Ray spreads members over "
+                                         "processes, Accelerate trains each member over processes")
+            missing = [name for name in ACCELERATOR_ATTRIBUTES if not hasattr(accelerator, name)]
+            if missing:
+                raise TrainerConfigError(f"accelerator must be an accelerate.Accelerator (missing {', '.join(missing)})")
+            device = accelerator.device
+        self.accelerator = accelerator
         if backend not in BACKENDS:
             raise TrainerConfigError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
         if ray_options is not None and backend != "ray":
@@ -261,6 +269,7 @@ class LocalTrainer(Trainer):
             "tensorboard_log_dir": tensorboard_log_dir, "verbose": verbose, "wandb_api_key": wandb_api_key,
             "wandb_kwargs": wandb_kwargs, "resume_from_checkpoint": self.resume_from_checkpoint,
             "seed": training.seed, "csv_path": csv_path, "init_hp": manifest.algorithm.hyperparameters(),
+            "accelerator": self.accelerator,
             "mut_p": manifest.resolved_mutation().model_dump(mode="json") if selection or mutation else None,
             **extra,
         }

@@ -28,6 +28,7 @@ from torch import nn
 
 from agile_core.algorithms.base import LLMAlgorithm
 from agile_core.checkpoint import CheckpointError
+from agile_core.distributed.data_parallel import average_gradients
 from agile_core.hpo.hyperparameters import HyperparameterConfig
 from agile_llm.models import AdapterView, SharedBase
 
@@ -118,6 +119,7 @@ class LoRAFinetuner(LLMAlgorithm):
     def _step(self, loss: torch.Tensor) -> None:
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        average_gradients(param.grad for param in self.adapter.parameters())
         if self.max_grad_norm is not None:
             torch.nn.utils.clip_grad_norm_(list(self.adapter.parameters()), self.max_grad_norm)
         self.optimizer.step()

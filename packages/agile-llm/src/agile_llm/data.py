@@ -185,10 +185,14 @@ class DatasetEnv:
         return max(1, -(-len(self.train) // int(batch_size)))
 
     def sample(self, batch_size: int, rng: np.random.Generator) -> dict[str, Any]:
-        """A training batch of `batch_size` distinct examples (all of them if fewer) drawn with `rng`."""
+        """A training batch of `batch_size` distinct examples (all of them if fewer) drawn with `rng`;
+        data-parallel, this process's part of a draw of `batch_size` per process."""
+        from agile_core.distributed.data_parallel import data_share
+
         self._check_bound()
-        count = min(int(batch_size), len(self.train))
-        indices = rng.choice(len(self.train), size=count, replace=False)
+        processes, rank = data_share()
+        count = max(1, min(int(batch_size), len(self.train) // processes))
+        indices = rng.choice(len(self.train), size=count * processes, replace=False)[rank * count:(rank + 1) * count]
         return self.collate([self.train[int(i)] for i in indices])
 
     def test_batches(self, batch_size: int) -> Iterable[dict[str, Any]]:

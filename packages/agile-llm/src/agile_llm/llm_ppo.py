@@ -34,6 +34,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from agile_core.distributed.data_parallel import average_gradients
 from agile_core.hpo.hyperparameters import HyperparameterConfig
 from agile_llm.models import AdapterView
 from agile_llm.rollout import Episode
@@ -170,6 +171,7 @@ class LLMPPO(RolloutLearner):
     def _critic_step(self, loss: torch.Tensor) -> None:
         self.critic_optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        average_gradients(param.grad for param in self.critic.parameters())
         if self.max_grad_norm is not None:
             torch.nn.utils.clip_grad_norm_(list(self.critic.parameters()), self.max_grad_norm)
         self.critic_optimizer.step()

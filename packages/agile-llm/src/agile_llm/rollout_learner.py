@@ -168,8 +168,13 @@ class RolloutLearner(LoRAFinetuner):
         return run_episodes(harnesses, group_seeds, self.generator(), self.max_new_tokens)
 
     def sample_seeds(self) -> list[int]:
-        """``batch_size`` prompt seeds drawn with the member's generator."""
-        return [int(s) for s in self.rng.integers(0, 2**31 - 1, size=self.batch_size)]
+        """``batch_size`` prompt seeds drawn with the member's generator (data-parallel, this
+        process's part of a draw of ``batch_size`` per process)."""
+        from agile_core.distributed.data_parallel import data_share
+
+        processes, rank = data_share()
+        seeds = self.rng.integers(0, 2**31 - 1, size=self.batch_size * processes)
+        return [int(s) for s in seeds[rank * self.batch_size:(rank + 1) * self.batch_size]]
 
     # ------------------------------------------------------------------ batch tensors
     def rollout_batch(self, episodes: Sequence[Episode]) -> RolloutBatch:

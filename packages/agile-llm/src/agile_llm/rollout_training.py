@@ -99,6 +99,7 @@ def train_llm_rollout(
     seed: int | None = None,
     mut_p: dict[str, Any] | None = None,
     env_name: str = "rollout",
+    accelerator: Any = None,
 ) -> tuple[list[Any], list[float]]:
     """Train a population of rollout agents (GRPO, LLMPPO or LLMREINFORCE) on episodes from
     `env_factory`.
@@ -129,6 +130,9 @@ def train_llm_rollout(
         seed: Seeds torch's generator (rollout sampling) at fixed points of the run.
         mut_p: Mutation parameters (logged).
         env_name: Label of the run.
+        accelerator: An ``accelerate.Accelerator`` for data-parallel training over processes
+            (``accelerate launch``): gradients averaged over the processes, decisions and files
+            on the main process (docs/distributed.md).
 
     Returns:
         The population after its last evaluation and each member's fitness from it.
@@ -208,7 +212,7 @@ def train_llm_rollout(
         checkpoint_path=checkpoint_path or elite_path, overwrite_checkpoints=overwrite_checkpoints,
         save_elite=bool(save_elite), elite_path=elite_path, wb=wb, tensorboard=tensorboard,
         tensorboard_log_dir=tensorboard_log_dir, verbose=verbose, wandb_api_key=wandb_api_key,
-        wandb_kwargs=wandb_kwargs, csv_path=(csv_log_dir or "llm_rollout_metrics.csv") if csv else None, seed=seed)
+        wandb_kwargs=wandb_kwargs, csv_path=(csv_log_dir or "llm_rollout_metrics.csv") if csv else None, seed=seed, accelerator=accelerator)
     loop.batch_population(learn, evaluate, source, envs_per_agent=1)
     return loop.train(resume_from_checkpoint)
 

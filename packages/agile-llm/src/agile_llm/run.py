@@ -69,7 +69,8 @@ def train_loop(env: DatasetEnv, env_name: str, algo: str, pop: list[Any], *, max
                wb: bool = False, tensorboard: bool = False, tensorboard_log_dir: str | None = None,
                verbose: bool = True, wandb_api_key: str | None = None, wandb_kwargs: dict[str, Any] | None = None,
                resume_from_checkpoint: str | None = None, seed: int | None = None, csv_path: str | None = None,
-               init_hp: dict[str, Any] | None = None, mut_p: dict[str, Any] | None = None) -> Any:
+               init_hp: dict[str, Any] | None = None, mut_p: dict[str, Any] | None = None,
+               accelerator: Any = None) -> Any:
     """The trainer's call, mapped onto :func:`train_llm_dataset` (`eval_steps` and `eval_loop`
     do not apply: evaluation is one pass over the test split)."""
     return train_llm_dataset(
@@ -79,7 +80,7 @@ def train_loop(env: DatasetEnv, env_name: str, algo: str, pop: list[Any], *, max
         selection_strategy=selection_strategy, mutation=mutation, wandb_api_key=wandb_api_key,
         wandb_kwargs=wandb_kwargs, verbose=verbose, max_steps=max_steps,
         resume_from_checkpoint=resume_from_checkpoint, overwrite_checkpoints=overwrite_checkpoints,
-        target=target, seed=seed, mut_p=mut_p)
+        target=target, seed=seed, mut_p=mut_p, accelerator=accelerator)
 
 
 # ---------------------------------------------------------------------- rollout paradigm (GRPO, LLMPPO, LLMREINFORCE)
@@ -206,7 +207,7 @@ def rollout_train_loop(env: RolloutSource, env_name: str, algo: str, pop: list[A
                        verbose: bool = True, wandb_api_key: str | None = None,
                        wandb_kwargs: dict[str, Any] | None = None, resume_from_checkpoint: str | None = None,
                        seed: int | None = None, csv_path: str | None = None, init_hp: dict[str, Any] | None = None,
-                       mut_p: dict[str, Any] | None = None) -> Any:
+                       mut_p: dict[str, Any] | None = None, accelerator: Any = None) -> Any:
     """The trainer's call, mapped onto :func:`~agile_llm.rollout_training.train_llm_rollout`
     (`eval_steps` does not apply: evaluation runs every held-out prompt)."""
     from agile_llm.rollout_training import train_llm_rollout
@@ -219,4 +220,4 @@ def rollout_train_loop(env: RolloutSource, env_name: str, algo: str, pop: list[A
         wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs, eval_loop=eval_loop,
         max_reward=env.spec.max_reward, verbose=verbose, io_timeout_s=env.spec.io_timeout_s,
         resume_from_checkpoint=resume_from_checkpoint, overwrite_checkpoints=overwrite_checkpoints,
-        target=target, seed=seed, mut_p=mut_p, env_name=env_name)
+        target=target, seed=seed, mut_p=mut_p, env_name=env_name, accelerator=accelerator)

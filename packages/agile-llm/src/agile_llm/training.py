@@ -95,6 +95,7 @@ def train_llm_dataset(
     target: float | None = None,
     seed: int | None = None,
     mut_p: dict[str, Any] | None = None,
+    accelerator: Any = None,
 ) -> tuple[list[Any], list[float]]:
     """Train a population of DPO or SFT agents over a :class:`DatasetEnv`.
 
@@ -131,6 +132,9 @@ def train_llm_dataset(
         target: Stop once every member's fitness reaches it.
         seed: Seeds torch's global generator at the start (member sampling has its own seeds).
         mut_p: Mutation parameters (logged).
+        accelerator: An ``accelerate.Accelerator`` for data-parallel training over processes
+            (``accelerate launch``): gradients averaged over the processes, decisions and files
+            on the main process (docs/distributed.md).
 
     Returns:
         The population after its last evaluation and each member's fitness from it.
@@ -176,7 +180,7 @@ def train_llm_dataset(
         overwrite_checkpoints=overwrite_checkpoints, save_elite=bool(save_elite), elite_path=elite_path, wb=wb,
         tensorboard=tensorboard, tensorboard_log_dir=tensorboard_log_dir, verbose=verbose,
         wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs,
-        csv_path=(csv_log_dir or "llm_metrics.csv") if csv else None, seed=seed)
+        csv_path=(csv_log_dir or "llm_metrics.csv") if csv else None, seed=seed, accelerator=accelerator)
 
     def learn(agents: list[Any], steps: int, should_stop: Callable[[], bool]) -> list[PhaseResult]:
         return learn_phase(agents, env, steps, should_stop)

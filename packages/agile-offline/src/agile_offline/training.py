@@ -183,7 +183,9 @@ def train_offline(
         tensorboard: Log to TensorBoard.
         tensorboard_log_dir: TensorBoard directory.
         verbose: Progress bar and per-generation table.
-        accelerator: Distributed training is not supported: a non-None value raises ValueError.
+        accelerator: An ``accelerate.Accelerator`` for data-parallel training over processes
+            (``accelerate launch``): gradients averaged over the processes, decisions and files
+            on the main process (docs/distributed.md).
         dataset: The data: an HDF5 file path, an open ``h5py.File``, a mapping of arrays
             (``observations``, ``actions``, ``rewards``, ``terminations`` and ``truncations`` or
             ``terminals``, ``next_observations``), or a ``TransitionData``.
@@ -232,8 +234,7 @@ def train_offline(
         selection=selection, mutation=mutation, checkpoint=checkpoint, checkpoint_path=checkpoint_path,
         overwrite_checkpoints=overwrite_checkpoints, save_elite=save_elite, elite_path=elite_path, wb=wb,
         tensorboard=tensorboard, tensorboard_log_dir=tensorboard_log_dir, verbose=verbose,
-        wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs, csv_path=csv_path, seed=seed,
-    )
+        wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs, csv_path=csv_path, seed=seed, accelerator=accelerator)
     eval_env = population_vector_env(vec_env, len(pop)) if batch_population else None
 
     def learn(agents: list[Any], steps: int, should_stop: Callable[[], bool]) -> list[PhaseResult]:

@@ -37,7 +37,7 @@ from agile_core.training import (
     resolve_selection_strategy,
     swap_image_channels,
 )
-from agile_core.training.arguments import positive_int
+from agile_core.training.arguments import check_accelerator, positive_int
 from agile_core.training.envs import population_vector_env
 from agile_core.training.generations import GenerationLoop, PhaseResult
 from agile_core.training.population import evaluate_groups, record_losses
@@ -221,7 +221,9 @@ def train_off_policy(
         tensorboard: Log to TensorBoard.
         tensorboard_log_dir: TensorBoard directory.
         verbose: Progress bar and per-generation table.
-        accelerator: Distributed training is not supported: a non-None value raises ValueError.
+        accelerator: An ``accelerate.Accelerator`` for data-parallel training over processes
+            (``accelerate launch``): gradients averaged over the processes, decisions and files
+            on the main process (docs/distributed.md).
         wandb_api_key: W&B API key (else ``WANDB_API_KEY``).
         wandb_kwargs: Extra ``wandb.init`` arguments.
         resume_from_checkpoint: Continue the run saved in this checkpoint (agents, counters,
@@ -255,8 +257,7 @@ def train_off_policy(
         eval_steps = positive_int("eval_steps", eval_steps)
     if learning_delay < 0:
         raise ValueError(f"learning_delay must be >= 0, got {learning_delay}")
-    if accelerator is not None:
-        raise ValueError("accelerator (distributed training) is not supported by train_off_policy")
+    check_accelerator(accelerator, "train_off_policy")
     schedule = EpsilonSchedule(eps_start, eps_end, eps_decay)
     swap_channels = bool((init_hp or {}).get("CHANNELS_LAST", False))
 
@@ -282,8 +283,7 @@ def train_off_policy(
         overwrite_checkpoints=overwrite_checkpoints, save_elite=save_elite, elite_path=elite_path, wb=wb,
         tensorboard=tensorboard, tensorboard_log_dir=tensorboard_log_dir, verbose=verbose,
         wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs, csv_path=csv_path, seed=seed,
-        swap_channels=swap_channels, buffers=lambda: {**memories.states(), "learn_credit": learn_credit.state_dict()},
-    )
+        swap_channels=swap_channels, buffers=lambda: {**memories.states(), "learn_credit": learn_credit.state_dict()}, accelerator=accelerator)
     population_env = population_vector_env(vec_env, len(pop)) if batch_population and can_batch(pop, memory) else None
     if population_env is not None:
         def population_phase(agents: list[Any], vector_steps: int, should_stop: Callable[[], bool]) -> list[PhaseResult]:

@@ -18,6 +18,7 @@ from gymnasium.vector import VectorEnv
 from agile_core.hpo.mutation import Mutations
 from agile_core.hpo.protocols import SelectionStrategy
 from agile_core.training import as_vector_env, check_next_step_autoreset, resolve_selection_strategy
+from agile_core.training.arguments import check_accelerator
 from agile_core.training.envs import population_vector_env
 from agile_core.training.generations import GenerationLoop, PhaseResult
 from agile_core.training.profiling import PROFILER
@@ -149,7 +150,9 @@ def train_on_policy(
         tensorboard: Log to TensorBoard.
         tensorboard_log_dir: TensorBoard directory.
         verbose: Progress bar and per-generation table.
-        accelerator: Distributed training is not supported: a non-None value raises ValueError.
+        accelerator: An ``accelerate.Accelerator`` for data-parallel training over processes
+            (``accelerate launch``): gradients averaged over the processes, decisions and files
+            on the main process (docs/distributed.md).
         wandb_api_key: W&B API key (else ``WANDB_API_KEY``).
         wandb_kwargs: Extra ``wandb.init`` arguments.
         collect_rollouts_fn: Replaces :func:`agile_onpolicy.collect.collect_rollouts`; it is
@@ -175,8 +178,7 @@ def train_on_policy(
     selection = resolve_selection_strategy(selection_strategy, tournament)
     if not pop:
         raise ValueError("pop must contain at least one agent")
-    if accelerator is not None:
-        raise ValueError("accelerator (distributed training) is not supported by train_on_policy")
+    check_accelerator(accelerator, "train_on_policy")
     for name, value in (("max_steps", max_steps), ("evo_steps", evo_steps), ("eval_loop", eval_loop)):
         if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
@@ -193,8 +195,7 @@ def train_on_policy(
         overwrite_checkpoints=overwrite_checkpoints, save_elite=save_elite, elite_path=elite_path, wb=wb,
         tensorboard=tensorboard, tensorboard_log_dir=tensorboard_log_dir, verbose=verbose,
         wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs, csv_path=csv_path, seed=seed,
-        swap_channels=swap_channels,
-    )
+        swap_channels=swap_channels, accelerator=accelerator)
     population_env = population_vector_env(vec_env, len(pop)) \
         if batch_population and collect_rollouts_fn is None and can_batch(pop) else None
     if population_env is not None:

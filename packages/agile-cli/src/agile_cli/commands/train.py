@@ -133,6 +133,27 @@ def _backend_options(args: argparse.Namespace) -> dict[str, Any]:
     return {"backend": "ray", "ray_options": options}
 
 
+def _data_parallel_options(args: argparse.Namespace, backend: dict[str, Any]) -> dict[str, Any]:
+    """``{"accelerator": ...}`` when started as several processes (``accelerate launch``,
+    ``torchrun``: ``WORLD_SIZE`` above 1), else nothing; BackendError when that cannot work."""
+    from agile_core.distributed import BackendError
+
+    try:
+        world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        world_size = 1
+    if world_size <= 1:
+        return {}
+    if backend:
+        raise BackendError(f"started as {world_size} processes (WORLD_SIZE) with --backend ray: use one or the other")
+    try:
+        from accelerate import Accelerator
+    except ImportError as exc:
+        raise BackendError(f"started as {world_size} processes (WORLD_SIZE), which trains data-parallel with "
+                           "Hugging Face Accelerate, but it is not installed: pip install accelerate") from exc
+    return {"accelerator": Accelerator(cpu=args.device == "cpu")}
+
+
 def run(args: argparse.Namespace) -> int:
     """Validate, train, write the run directory; map outcomes to exit codes."""
     from agile_core.distributed import BackendError
@@ -143,6 +164,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         backend = _backend_options(args)
+        backend.update(_data_parallel_options(args, backend))
     except BackendError as exc:
         print(f"agile train: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -154,9 +176,12 @@ def run(args: argparse.Namespace) -> int:
     if args.wandb_api_key:
         _hide_from_argv(args.wandb_api_key)
     run_dir = _run_dir(args)
+    accelerator = backend.get("accelerator")
+    main = accelerator is None or accelerator.is_main_process  # data-parallel: one process writes
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "manifest.resolved.json").write_text(manifest.to_json() + "\n", encoding="utf-8")
+        if main:
+            (run_dir / "manifest.resolved.json").write_text(manifest.to_json() + "\n", encoding="utf-8")
     except OSError as exc:
         print(f"agile train: cannot use run directory {run_dir}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -210,6 +235,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             print("(set AGILE_DEBUG=1 for the full traceback)", file=sys.stderr)
         return EXIT_FAILED
+    if not main:
+        return EXIT_OK
     summary = build_summary(population, fitnesses, manifest.training.target_score, time.monotonic() - started)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     if args.profile:

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from agile_core.distributed.data_parallel import average_gradients
 from agile_core.networks.fused import fuse_stacked_mlps, gradient_rows
 from agile_core.networks.stacked import (
     FlatParameters,
@@ -335,6 +336,7 @@ class MemberGroup:
         with warnings.catch_warnings():  # gradients are strided views of one flat buffer, by design
             warnings.filterwarnings("ignore", message="grad and param do not obey the gradient layout contract")
             losses.sum().backward()
+        average_gradients([adam.flat.grad])
         adam.mask_padding()
         if max_grad_norm is not None:
             clip_flat_grad_norm(adam.flat, max_grad_norm)
@@ -370,6 +372,7 @@ class MemberGroup:
         params = [param for group in member_optimizer.param_groups for param in group["params"]]
         member_optimizer.zero_grad()
         losses.sum().backward()
+        average_gradients(param.grad for param in params)
         if max_grad_norm is not None:
             torch.nn.utils.clip_grad_norm_(params, float(torch.as_tensor(max_grad_norm).reshape(-1)[0]))
         member_optimizer.step()

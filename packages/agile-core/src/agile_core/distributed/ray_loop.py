@@ -189,5 +189,4 @@ def _generation_loop(trainer: LocalTrainer, env: Any, population: list[Any], sel
         overwrite_checkpoints=overwrite_checkpoints or training.overwrite_checkpoints, save_elite=save_elite,
         elite_path=elite_path, wb=wb, tensorboard=tensorboard, tensorboard_log_dir=tensorboard_log_dir,
         verbose=verbose, wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs, csv_path=csv_path,
-        seed=training.seed, swap_channels=bool(init_hp.get("CHANNELS_LAST", False)),
-    )
+        seed=training.seed, swap_channels=bool(init_hp.get("CHANNELS_LAST", False)))

@@ -7,7 +7,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["check_arguments", "positive_int"]
+from agile_core.distributed.data_parallel import ACCELERATOR_ATTRIBUTES
+
+__all__ = ["check_accelerator", "check_arguments", "positive_int"]
 
 
 def positive_int(name: str, value: Any) -> int:
@@ -17,15 +19,21 @@ def positive_int(name: str, value: Any) -> int:
     return int(value)
 
 
+def check_accelerator(accelerator: Any, loop_name: str) -> None:
+    """A ValueError unless `accelerator` is None or looks like an ``accelerate.Accelerator``."""
+    if accelerator is not None and not all(hasattr(accelerator, name) for name in ACCELERATOR_ATTRIBUTES):
+        raise ValueError(f"{loop_name}: accelerator must be an accelerate.Accelerator (with "
+                         f"{', '.join(ACCELERATOR_ATTRIBUTES)}), got {type(accelerator).__name__}")
+
+
 def check_arguments(pop: Sequence[Any], *, max_steps: Any, evo_steps: Any, eval_loop: Any, eval_steps: Any,
                     accelerator: Any, loop_name: str) -> tuple[int, int, int, int | None]:
     """``(max_steps, evo_steps, eval_loop, eval_steps)`` as positive integers (eval_steps may be
-    None), or a ValueError naming the argument; a population is required and `accelerator` is not
-    supported yet."""
+    None), or a ValueError naming the argument; a population is required, and an `accelerator`
+    must look like an ``accelerate.Accelerator``."""
     if not pop:
         raise ValueError("pop must contain at least one agent")
-    if accelerator is not None:
-        raise ValueError(f"accelerator (distributed training) is not supported by {loop_name}")
+    check_accelerator(accelerator, loop_name)
     checked = [positive_int(name, value) for name, value in
                (("max_steps", max_steps), ("evo_steps", evo_steps), ("eval_loop", eval_loop))]
     steps = None if eval_steps is None else positive_int("eval_steps", eval_steps)

@@ -9,6 +9,7 @@ stop) and resuming from a checkpoint, so the paradigm loops only write their pha
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from agile_core.distributed.data_parallel import DataParallel
 from agile_core.hpo.mutation import Mutations
 from agile_core.hpo.protocols import SelectionStrategy
 from agile_core.training.checkpointing import RunCheckpointer, check_resume_matches, resume_run
@@ -122,6 +124,7 @@ class GenerationLoop:
     population_phase: PopulationPhaseFn | None = None
     population_evaluate: PopulationEvalFn | None = None
     envs_per_agent: int | None = None
+    data_parallel: DataParallel | None = None
     state: LoopState = field(default_factory=LoopState)
     fitnesses: list[float] = field(default_factory=list)
 
@@ -133,19 +136,24 @@ class GenerationLoop:
                save_elite: bool, elite_path: str | None, wb: bool, tensorboard: bool,
                tensorboard_log_dir: str | None, verbose: bool, wandb_api_key: str | None,
                wandb_kwargs: dict[str, Any] | None, csv_path: str | None, seed: int | None,
-               swap_channels: bool = False, buffers: Callable[[], Mapping[str, Any]] | None = None) -> GenerationLoop:
-        """Build the loop, its reporter and checkpointer from a training function's arguments."""
+               swap_channels: bool = False, buffers: Callable[[], Mapping[str, Any]] | None = None,
+               accelerator: Any = None) -> GenerationLoop:
+        """Build the loop, its reporter and checkpointer from a training function's arguments
+        (with an `accelerator`, only its main process reports and writes files)."""
+        data_parallel = DataParallel.of(accelerator)
+        main = data_parallel is None or data_parallel.is_main
         reporter = TrainingReporter(total_steps=max_steps * len(population), desc=f"{algo} {env_name}",
-                                    verbose=verbose, wb=wb, tensorboard=tensorboard,
+                                    verbose=verbose and main, wb=wb and main, tensorboard=tensorboard and main,
                                     tensorboard_log_dir=tensorboard_log_dir, wandb_api_key=wandb_api_key,
-                                    wandb_kwargs=wandb_kwargs, config=dict(config), csv_path=csv_path)
+                                    wandb_kwargs=wandb_kwargs, config=dict(config),
+                                    csv_path=csv_path if main else None)
         checkpointer = RunCheckpointer(checkpoint_path or "checkpoints", checkpoint, overwrite_checkpoints,
-                                       save_buffers=buffers is not None) if checkpoint else None
+                                       save_buffers=buffers is not None) if checkpoint and main else None
         return cls(population=list(population), env=env, phase=phase, max_steps=max_steps, evo_steps=evo_steps,
                    reporter=reporter, eval_steps=eval_steps, eval_loop=eval_loop, target=target,
                    selection=selection, mutation=mutation, checkpointer=checkpointer,
                    interrupt_path=checkpoint_path, save_elite=save_elite, elite_path=elite_path,
-                   swap_channels=swap_channels, buffers=buffers, env_seed=seed)
+                   swap_channels=swap_channels, buffers=buffers, env_seed=seed, data_parallel=data_parallel)
 
     def train(self, resume_from_checkpoint: str | Path | None = None,
               load_buffers: Callable[[Mapping[str, Any]], None] | None = None) -> tuple[list[Any], list[float]]:
@@ -160,8 +168,16 @@ class GenerationLoop:
             import torch
 
             torch.manual_seed(self.env_seed)
-        with self.reporter:
+        with self.reporter, self._data_parallel_steps():
             return self.run()
+
+    def _data_parallel_steps(self) -> contextlib.AbstractContextManager[Any]:
+        return self.data_parallel.active() if self.data_parallel is not None else contextlib.nullcontext()
+
+    @property
+    def is_main(self) -> bool:
+        """This process reports and writes files (always, unless data-parallel on another rank)."""
+        return self.data_parallel is None or self.data_parallel.is_main
 
     @property
     def num_envs(self) -> int:
@@ -211,12 +227,13 @@ class GenerationLoop:
                 self.state.slot_progress = [0] * len(self.population)
                 done = self.state.agent_steps >= self.max_steps or target_reached(self.fitnesses, self.target)
                 with PROFILER.evolve:
-                    evolution = None if done else evolve_population(self.population, self.selection, self.mutation)
-                with PROFILER.log:
-                    self.reporter.log_generation(self.global_steps, self.state.generation, self.population,
-                                                 self.fitnesses, evolution)
-                with PROFILER.checkpoint:
-                    self._save_elite()
+                    evolution = None if done else self._evolve()
+                if self.is_main:
+                    with PROFILER.log:
+                        self.reporter.log_generation(self.global_steps, self.state.generation, self.population,
+                                                     self.fitnesses, evolution)
+                    with PROFILER.checkpoint:
+                        self._save_elite()
                 if evolution is not None:
                     self.population = evolution.population
                     if self.on_evolved is not None:
@@ -234,7 +251,32 @@ class GenerationLoop:
         done = self.state.agent_steps * len(self.population)
         return done + sum(self.state.slot_progress) * self.num_envs
 
+    def _evolve(self) -> EvolutionResult:
+        """Select and mutate; data-parallel, the main process does and sends the result to the others."""
+        if self.data_parallel is None or not self.data_parallel.distributed:
+            return evolve_population(self.population, self.selection, self.mutation)
+        from agile_core.distributed.agent_bytes import agent_from_bytes, agent_to_bytes
+
+        evolution = evolve_population(self.population, self.selection, self.mutation) if self.is_main else None
+        payload = self.data_parallel.broadcast(
+            None if evolution is None else [agent_to_bytes(agent) for agent in evolution.population])
+        if evolution is not None:
+            return evolution
+        device = str(getattr(self.population[0], "device", "cpu"))
+        population = [agent_from_bytes(data, device=device) for data in payload]
+        return EvolutionResult(population, elite=None)
+
     def _evaluate(self) -> list[float]:
+        fitnesses = self._evaluate_here()
+        if self.data_parallel is None or not self.data_parallel.distributed:
+            return fitnesses
+        fitnesses = self.data_parallel.mean(fitnesses)  # the same decisions on every process
+        for agent, fitness in zip(self.population, fitnesses, strict=True):
+            if agent.fitness and isinstance(agent.fitness[-1], float | int):
+                agent.fitness[-1] = fitness
+        return fitnesses
+
+    def _evaluate_here(self) -> list[float]:
         if self.population_evaluate is not None:
             return self.population_evaluate(self.population)
         fitnesses = []
@@ -283,7 +325,8 @@ class GenerationLoop:
         """The seed of `position` (a slot's phase, an evaluation) in this generation; None unseeded."""
         if self.env_seed is None:
             return None
-        return self.env_seed + 100_003 * self.state.generation + 101 * position
+        offset = self.data_parallel.seed_offset() if self.data_parallel is not None else 0
+        return self.env_seed + offset + 100_003 * self.state.generation + 101 * position
 
     def _seed_env(self, position: int) -> None:
         """With `env_seed`, reset the env and torch's global generator to a seed fixed by
@@ -303,7 +346,9 @@ class GenerationLoop:
 
     def save(self, checkpointer: RunCheckpointer) -> Path | None:
         """Checkpoint the run now (at a generation boundary or an interrupt), named by the steps
-        each agent has taken."""
+        each agent has taken; None on a data-parallel process other than the main one."""
+        if not self.is_main:
+            return None
         evolution = {
             "selection": self.selection.state_dict() if self.selection is not None else None,
             "mutation": self.mutation.state_dict() if self.mutation is not None else None,

@@ -161,7 +161,9 @@ def train_multi_agent_off_policy(
         tensorboard: Log to TensorBoard.
         tensorboard_log_dir: TensorBoard directory.
         verbose: Progress bar and per-generation table.
-        accelerator: Distributed training is not supported: a non-None value raises ValueError.
+        accelerator: An ``accelerate.Accelerator`` for data-parallel training over processes
+            (``accelerate launch``): gradients averaged over the processes, decisions and files
+            on the main process (docs/distributed.md).
         wandb_api_key: W&B API key (else ``WANDB_API_KEY``).
         wandb_kwargs: Extra ``wandb.init`` arguments.
         resume_from_checkpoint: Continue the run saved in this checkpoint (`pop` is replaced).
@@ -199,8 +201,7 @@ def train_multi_agent_off_policy(
         tensorboard=tensorboard, tensorboard_log_dir=tensorboard_log_dir, verbose=verbose,
         wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs, csv_path=csv_path, seed=seed,
         buffers=lambda: {"replay": memory.state_dict(),
-                         "learn_credit": learn_credit.state_dict()},
-    )
+                         "learn_credit": learn_credit.state_dict()}, accelerator=accelerator)
 
     def load_buffers(saved: Any) -> None:
         # The memory and each slot's steps not yet paid for by a learning step (a run resumed

@@ -207,7 +207,9 @@ def train_multi_agent_on_policy(
         tensorboard: Log to TensorBoard.
         tensorboard_log_dir: TensorBoard directory.
         verbose: Progress bar and per-generation table.
-        accelerator: Distributed training is not supported: a non-None value raises ValueError.
+        accelerator: An ``accelerate.Accelerator`` for data-parallel training over processes
+            (``accelerate launch``): gradients averaged over the processes, decisions and files
+            on the main process (docs/distributed.md).
         wandb_api_key: W&B API key (else ``WANDB_API_KEY``).
         wandb_kwargs: Extra ``wandb.init`` arguments.
         resume_from_checkpoint: Continue the run saved in this checkpoint (`pop` is replaced).
@@ -240,7 +242,6 @@ def train_multi_agent_on_policy(
         selection=selection, mutation=mutation, checkpoint=checkpoint, checkpoint_path=checkpoint_path,
         overwrite_checkpoints=overwrite_checkpoints, save_elite=save_elite, elite_path=elite_path, wb=wb,
         tensorboard=tensorboard, tensorboard_log_dir=tensorboard_log_dir, verbose=verbose,
-        wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs, csv_path=csv_path, seed=seed,
-    )
+        wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs, csv_path=csv_path, seed=seed, accelerator=accelerator)
     return run_generations(loop, run, phase, eval_loop=eval_loop, eval_steps=eval_steps, sum_scores=sum_scores,
                            resume_from_checkpoint=resume_from_checkpoint)

@@ -28,6 +28,7 @@ import torch
 from agile_core.algorithms.group import MemberGroup, make_member_groups
 from agile_core.hpo.mutation import Mutations
 from agile_core.hpo.protocols import SelectionStrategy
+from agile_core.training.arguments import check_accelerator
 from agile_core.training.evolution import EvolutionResult, resolve_selection_strategy
 from agile_core.training.generations import GenerationLoop, PhaseResult
 from agile_core.training.profiling import PROFILER
@@ -268,7 +269,9 @@ def train_bandits(
         tensorboard: Log to TensorBoard.
         tensorboard_log_dir: TensorBoard directory.
         verbose: Progress bar and per-generation table.
-        accelerator: Not supported: a non-None value raises ValueError.
+        accelerator: An ``accelerate.Accelerator`` for data-parallel training over processes
+            (``accelerate launch``): gradients averaged over the processes, decisions and files
+            on the main process (docs/distributed.md).
         wandb_api_key: W&B API key.
         wandb_kwargs: Extra ``wandb.init`` arguments.
         resume_from_checkpoint: Continue a saved run (agents, memories, counters, RNGs).
@@ -283,8 +286,7 @@ def train_bandits(
     selection = resolve_selection_strategy(selection_strategy, tournament)
     if not pop:
         raise ValueError("pop must contain at least one agent")
-    if accelerator is not None:
-        raise ValueError("accelerator (distributed training) is not supported by train_bandits")
+    check_accelerator(accelerator, "train_bandits")
     max_steps = _positive_int("max_steps", max_steps)
     evo_steps = _positive_int("evo_steps", evo_steps)
     episode_steps = _positive_int("episode_steps", episode_steps)
@@ -309,8 +311,7 @@ def train_bandits(
         overwrite_checkpoints=overwrite_checkpoints, save_elite=save_elite, elite_path=elite_path, wb=wb,
         tensorboard=tensorboard, tensorboard_log_dir=tensorboard_log_dir, verbose=verbose,
         wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs, csv_path=csv_path, seed=seed,
-        buffers=lambda: run.states(loop.population),
-    )
+        buffers=lambda: run.states(loop.population), accelerator=accelerator)
     loop.on_evolved = run.evolved
     if batch_population:
         def population_phase(agents: list[Any], vector_steps: int, should_stop: Callable[[], bool]) -> list[PhaseResult]:
