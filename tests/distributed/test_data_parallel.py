@@ -20,8 +20,6 @@ from safetensors.torch import load_file
 
 from agile_core.distributed.data_parallel import DataParallel, average_gradients
 
-pytestmark = pytest.mark.slow
-
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 PPO = ROOT / "configs" / "training" / "ppo_cartpole.yaml"
@@ -49,6 +47,7 @@ def _launch(*command: str, processes: int = 2) -> subprocess.CompletedProcess[st
     return result
 
 
+@pytest.mark.slow
 def test_two_processes_learn_as_one_process_with_the_doubled_batch(tmp_path: Path) -> None:
     script = str(HERE / "data_parallel_steps.py")
     _launch(script, str(tmp_path / "two"))
@@ -73,12 +72,14 @@ def _ranks_agree(out: Path) -> dict[str, Any]:
     return rank0
 
 
+@pytest.mark.slow
 def test_a_population_evolves_the_same_on_every_process(tmp_path: Path) -> None:
     _launch(str(HERE / "data_parallel_run.py"), str(tmp_path), str(PPO), *OVERRIDES)
     record = _ranks_agree(tmp_path)
     assert record["steps"] == [256, 256] and all(len(history) == 2 for history in record["fitness"])
 
 
+@pytest.mark.slow
 def test_llm_members_train_data_parallel(tmp_path: Path) -> None:
     """SFT adapters: each process learns from its own part of every batch, the adapters stay equal."""
     from agile_llm.tiny import write_tiny
@@ -99,6 +100,7 @@ def test_llm_members_train_data_parallel(tmp_path: Path) -> None:
     assert record["steps"] == [4, 4]
 
 
+@pytest.mark.slow
 def test_accelerate_launch_of_agile_train_writes_one_run(tmp_path: Path) -> None:
     run = tmp_path / "run"
     flags = [arg for override in OVERRIDES for arg in ("--set", override)]
