@@ -258,13 +258,14 @@ class GenerationLoop:
         from agile_core.distributed.agent_bytes import agent_from_bytes, agent_to_bytes
 
         evolution = evolve_population(self.population, self.selection, self.mutation) if self.is_main else None
-        payload = self.data_parallel.broadcast(
-            None if evolution is None else [agent_to_bytes(agent) for agent in evolution.population])
+        payload = self.data_parallel.broadcast(None if evolution is None else {
+            "agents": [agent_to_bytes(agent) for agent in evolution.population],
+            "mutations": evolution.mutations, "parents": evolution.parents})
         if evolution is not None:
             return evolution
         device = str(getattr(self.population[0], "device", "cpu"))
-        population = [agent_from_bytes(data, device=device) for data in payload]
-        return EvolutionResult(population, elite=None)
+        population = [agent_from_bytes(data, device=device) for data in payload["agents"]]
+        return EvolutionResult(population, elite=None, mutations=payload["mutations"], parents=payload["parents"])
 
     def _evaluate(self) -> list[float]:
         fitnesses = self._evaluate_here()
