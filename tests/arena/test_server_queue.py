@@ -30,7 +30,7 @@ def test_one_slot_runs_jobs_one_at_a_time_and_logs_stream_with_offsets(arena_ser
     assert stopped["status"] == "stopped" and stopped["started_at"] is None
     assert http.post(f"/v1/experiments/{third}/resume").status_code == 409  # no checkpoint to resume from
 
-    # follow the first job's log to its end, checking on the way that the second stays queued
+    # follow the first job's log to its end, checking on the way that the second waits for it
     statuses, lines, offsets = [], [], []
     with http.stream("GET", f"/v1/experiments/{first}/logs", params={"follow": "true"}) as stream:
         assert stream.headers["content-type"].startswith("application/x-ndjson")
@@ -41,8 +41,10 @@ def test_one_slot_runs_jobs_one_at_a_time_and_logs_stream_with_offsets(arena_ser
             elif event["type"] == "log":
                 lines.append(event["line"])
                 offsets.append(event["offset"])
-                if event["line"].startswith("generation"):
-                    assert http.get(f"/v1/experiments/{second}").json()["status"] == "queued"
+                # the second waits for the first (the stream may lag behind the job under load)
+                if event["line"].startswith("generation") and \
+                        http.get(f"/v1/experiments/{second}").json()["status"] != "queued":
+                    assert http.get(f"/v1/experiments/{first}").json()["status"] == "completed"
     assert statuses[0] == "running" and statuses[-1] == "completed", statuses
     assert any(line.startswith("agile arena worker: done") for line in lines), lines
     log_path = arena_server.data_dir / "jobs" / first / "log.txt"
