@@ -15,7 +15,7 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, Self
 
-from agile_core.distributed.data_parallel import ACCELERATOR_ATTRIBUTES
+from agile_core.distributed.data_parallel import check_accelerator
 from agile_core.distributed.options import BACKENDS, RayOptions
 from agile_core.registry import algorithm_spec, paradigm_of
 from agile_core.specs.algorithm import AlgorithmSpec
@@ -105,9 +105,10 @@ class LocalTrainer(Trainer):
             if backend != "local":
                 raise TrainerConfigError("accelerator and backend='ray' do not combine: Ray spreads members over "
                                          "processes, Accelerate trains each member over processes")
-            missing = [name for name in ACCELERATOR_ATTRIBUTES if not hasattr(accelerator, name)]
-            if missing:
-                raise TrainerConfigError(f"accelerator must be an accelerate.Accelerator (missing {', '.join(missing)})")
+            try:
+                check_accelerator(accelerator, "LocalTrainer")
+            except ValueError as error:
+                raise TrainerConfigError(str(error)) from error
             device = accelerator.device
         self.accelerator = accelerator
         if backend not in BACKENDS:

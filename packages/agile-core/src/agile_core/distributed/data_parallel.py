@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["ACCELERATOR_ATTRIBUTES", "DataParallel", "average_gradients", "current", "data_share"]
+__all__ = ["ACCELERATOR_ATTRIBUTES", "DataParallel", "average_gradients", "check_accelerator", "current", "data_share"]
 
 ACCELERATOR_ATTRIBUTES = ("num_processes", "process_index", "is_main_process", "device")
 """What the loops use of an ``accelerate.Accelerator``."""
@@ -34,14 +34,21 @@ ACCELERATOR_ATTRIBUTES = ("num_processes", "process_index", "is_main_process", "
 _ACTIVE: list[DataParallel] = []
 
 
+def check_accelerator(accelerator: Any, owner: str = "accelerator") -> None:
+    """A ValueError (naming `owner`) unless `accelerator` is None or has what the loops use of an
+    ``accelerate.Accelerator``."""
+    missing = [name for name in ACCELERATOR_ATTRIBUTES if not hasattr(accelerator, name)]
+    if accelerator is not None and missing:
+        raise ValueError(f"{owner}: accelerator must be an accelerate.Accelerator (missing {', '.join(missing)}), "
+                         f"got {type(accelerator).__name__}")
+
+
 class DataParallel:
     """The processes an Accelerate ``Accelerator`` (or anything with its ``num_processes``,
     ``process_index``, ``is_main_process`` and ``device``) trains over."""
 
     def __init__(self, accelerator: Any) -> None:
-        missing = [name for name in ACCELERATOR_ATTRIBUTES if not hasattr(accelerator, name)]
-        if missing:
-            raise ValueError(f"accelerator must be an accelerate.Accelerator (missing {', '.join(missing)})")
+        check_accelerator(accelerator)
         self.world_size = int(accelerator.num_processes)
         self.rank = int(accelerator.process_index)
         self.is_main = bool(accelerator.is_main_process)

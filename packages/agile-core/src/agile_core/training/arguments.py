@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from agile_core.distributed.data_parallel import ACCELERATOR_ATTRIBUTES
+from agile_core.distributed.data_parallel import check_accelerator
 
 __all__ = ["check_accelerator", "check_arguments", "positive_int"]
 
@@ -17,13 +17,6 @@ def positive_int(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
         raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     return int(value)
-
-
-def check_accelerator(accelerator: Any, loop_name: str) -> None:
-    """A ValueError unless `accelerator` is None or looks like an ``accelerate.Accelerator``."""
-    if accelerator is not None and not all(hasattr(accelerator, name) for name in ACCELERATOR_ATTRIBUTES):
-        raise ValueError(f"{loop_name}: accelerator must be an accelerate.Accelerator (with "
-                         f"{', '.join(ACCELERATOR_ATTRIBUTES)}), got {type(accelerator).__name__}")
 
 
 def check_arguments(pop: Sequence[Any], *, max_steps: Any, evo_steps: Any, eval_loop: Any, eval_steps: Any,

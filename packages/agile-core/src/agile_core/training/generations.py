@@ -175,6 +175,11 @@ class GenerationLoop:
         return self.data_parallel.active() if self.data_parallel is not None else contextlib.nullcontext()
 
     @property
+    def _processes(self) -> DataParallel | None:
+        """The data-parallel group when there is more than one process, else None."""
+        return self.data_parallel if self.data_parallel is not None and self.data_parallel.distributed else None
+
+    @property
     def is_main(self) -> bool:
         """This process reports and writes files (always, unless data-parallel on another rank)."""
         return self.data_parallel is None or self.data_parallel.is_main
@@ -253,12 +258,13 @@ class GenerationLoop:
 
     def _evolve(self) -> EvolutionResult:
         """Select and mutate; data-parallel, the main process does and sends the result to the others."""
-        if self.data_parallel is None or not self.data_parallel.distributed:
+        processes = self._processes
+        if processes is None:
             return evolve_population(self.population, self.selection, self.mutation)
         from agile_core.distributed.agent_bytes import agent_from_bytes, agent_to_bytes
 
         evolution = evolve_population(self.population, self.selection, self.mutation) if self.is_main else None
-        payload = self.data_parallel.broadcast(None if evolution is None else {
+        payload = processes.broadcast(None if evolution is None else {
             "agents": [agent_to_bytes(agent) for agent in evolution.population],
             "mutations": evolution.mutations, "parents": evolution.parents})
         if evolution is not None:
@@ -269,9 +275,10 @@ class GenerationLoop:
 
     def _evaluate(self) -> list[float]:
         fitnesses = self._evaluate_here()
-        if self.data_parallel is None or not self.data_parallel.distributed:
+        processes = self._processes
+        if processes is None:
             return fitnesses
-        fitnesses = self.data_parallel.mean(fitnesses)  # the same decisions on every process
+        fitnesses = processes.mean(fitnesses)  # the same decisions on every process
         for agent, fitness in zip(self.population, fitnesses, strict=True):
             if agent.fitness and isinstance(agent.fitness[-1], float | int):
                 agent.fitness[-1] = fitness
