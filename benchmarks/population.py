@@ -5,6 +5,7 @@ One JSON line per case, so runs can be compared over time:
     OMP_NUM_THREADS=1 uv run python benchmarks/population.py learn            # DQN learn step, pop 1/4/8
     OMP_NUM_THREADS=1 uv run python benchmarks/population.py learn --algorithm td3   # TD3 learn step
     OMP_NUM_THREADS=1 uv run python benchmarks/population.py learn --algorithm ppo   # PPO update, pop 1/4/8
+    OMP_NUM_THREADS=1 uv run python benchmarks/population.py learn --algorithm recurrent_ppo --pops 4
     OMP_NUM_THREADS=1 uv run python benchmarks/population.py learn --algorithm rainbow --pops 4  # PER + n-step
     OMP_NUM_THREADS=1 uv run python benchmarks/population.py train configs/training/dqn_cartpole.yaml \\
         --pops 1 4 8 --set training.target_score=null
@@ -189,8 +190,9 @@ def bench_learn_rainbow(pops: list[int], repeats: int, batch_size: int, hidden: 
         _print_learn_case("RAINBOW", pop, batch_size, hidden, loop_ms, stacked_ms, single, digits=3)
 
 
-def bench_learn_ppo(pops: list[int], repeats: int, batch_size: int, hidden: int) -> None:
-    """Cost of one PPO update (4 epochs over a 128 x 8 rollout) of P agents, one by one vs stacked."""
+def bench_learn_ppo(pops: list[int], repeats: int, batch_size: int, hidden: int, recurrent: bool = False) -> None:
+    """Cost of one PPO update (4 epochs over a 128 x 8 rollout) of P agents, one by one vs stacked
+    (`recurrent`: LSTM encoders learning from BPTT sequences of 32 steps)."""
     import numpy as np
     from gymnasium import spaces
 
@@ -198,23 +200,27 @@ def bench_learn_ppo(pops: list[int], repeats: int, batch_size: int, hidden: int)
     from agile_onpolicy.ppo import PPO
 
     obs_space, act_space = spaces.Box(-1.0, 1.0, (4,), np.float32), spaces.Discrete(2)
-    net = {"latent_dim": hidden, "encoder_config": {"hidden_size": [hidden]}, "head_config": {"hidden_size": [hidden]}}
+    encoder = {"hidden_state_size": hidden} if recurrent else {"hidden_size": [hidden]}
+    net = {"latent_dim": hidden, "encoder_config": encoder, "head_config": {"hidden_size": [hidden]}}
+    options = {"recurrent": True, "max_seq_len": 32} if recurrent else {}
     num_envs, rng = 8, np.random.default_rng(0)
 
     def rollout(agent: PPO) -> object:
         buffer = agent.create_rollout_buffer(num_envs)
+        state = agent.initial_hidden(num_envs) if recurrent else None
         for _ in range(buffer.num_steps):
             obs = rng.uniform(-1, 1, (num_envs, 4)).astype(np.float32)
-            action, log_prob, _, value = agent.get_action(obs)
+            action, log_prob, _, value, *new = agent.get_action(obs, hidden_state=state)
             buffer.add(obs, action, rng.normal(size=num_envs), rng.random(num_envs) < 0.05,
-                       np.zeros(num_envs, dtype=bool), value, log_prob, np.ones(num_envs, dtype=bool))
+                       np.zeros(num_envs, dtype=bool), value, log_prob, np.ones(num_envs, dtype=bool), hidden=state)
+            state = new[0] if recurrent else None
         buffer.compute_returns_and_advantages(np.zeros(num_envs, dtype=np.float32))
         return buffer
 
     single: float | None = None
     for pop in pops:
         agents = [PPO(obs_space, act_space, net_config=net, seed=i, learn_step=1024, batch_size=batch_size, lr=1e-3,
-                      update_epochs=4, ent_coef=0.0) for i in range(pop)]
+                      update_epochs=4, ent_coef=0.0, **options) for i in range(pop)]
         buffers = [rollout(agent) for agent in agents]
 
         def one_by_one(agents: list[PPO] = agents, buffers: list[object] = buffers) -> None:
@@ -230,7 +236,8 @@ def bench_learn_ppo(pops: list[int], repeats: int, batch_size: int, hidden: int)
         stacked_ms = _per_call_ms(stacked, 1, repeats)
         if single is None:
             single = loop_ms / pop
-        _print_learn_case("PPO", pop, batch_size, hidden, loop_ms, stacked_ms, single, digits=2)
+        _print_learn_case("RECURRENT_PPO" if recurrent else "PPO", pop, batch_size, hidden, loop_ms, stacked_ms, single,
+                          digits=2)
 
 
 def bench_train(manifest: str, pops: list[int], batching: list[bool], overrides: list[str]) -> None:
@@ -297,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="kind", required=True)
     learn = sub.add_parser("learn", help="DQN learn step or PPO update, one by one vs stacked")
-    learn.add_argument("--algorithm", choices=["dqn", "td3", "ppo", "rainbow"], default="dqn")
+    learn.add_argument("--algorithm", choices=["dqn", "td3", "ppo", "recurrent_ppo", "rainbow"], default="dqn")
     learn.add_argument("--pops", type=int, nargs="+", default=[1, 4, 8])
     learn.add_argument("--repeats", type=int, default=None, help="timed steps (default: DQN 300, PPO 5 updates)")
     learn.add_argument("--batch-size", type=int, default=None, help="default: DQN 64, TD3 and PPO 128")
@@ -314,8 +321,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.kind == "learn" and args.algorithm == "rainbow":
         bench_learn_rainbow(args.pops, args.repeats or 100, args.batch_size or 64, args.hidden)
-    elif args.kind == "learn" and args.algorithm == "ppo":
-        bench_learn_ppo(args.pops, args.repeats or 5, args.batch_size or 128, args.hidden)
+    elif args.kind == "learn" and args.algorithm in ("ppo", "recurrent_ppo"):
+        bench_learn_ppo(args.pops, args.repeats or 5, args.batch_size or (256 if args.algorithm == "recurrent_ppo" else 128),
+                        args.hidden, recurrent=args.algorithm == "recurrent_ppo")
     elif args.kind == "learn":
         bench_learn(args.algorithm, args.pops, args.repeats or 300,
                     args.batch_size or (64 if args.algorithm == "dqn" else 128), args.hidden)

@@ -20,11 +20,27 @@ def _masked_mean(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     return (x * weights).sum() / weights.sum().clamp(min=1.0)
 
 
+def unroll(agent: PPO, obs: torch.Tensor, initial: Any, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Actor and critic latents ``[L, B, D]`` of time-major sequences, one step at a time through
+    the agent's own LSTM encoders, the state zeroed before every flagged episode start."""
+    initial = agent.fit_hidden(initial)
+    latents = {}
+    for name, lstm in agent._lstms().items():
+        h, c = initial[name]
+        steps = []
+        for t in range(obs.shape[0]):
+            keep = (~starts[t]).to(h.dtype)[None, :, None]
+            out, (h, c) = lstm(obs[t], (h * keep, c * keep))
+            steps.append(out)
+        latents[name] = torch.stack(steps)
+    return latents["actor"], latents.get("critic", latents["actor"])
+
+
 def evaluate(agent: PPO, batch: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """``log pi(a|s)``, entropy and ``V(s)`` of a minibatch under the agent's own networks, and its loss mask."""
     obs = agent.preprocess(batch.obs)
     if isinstance(batch, RecurrentBatch):
-        latent, critic_latent = agent._unroll(obs, batch.initial_hidden, batch.episode_starts)
+        latent, critic_latent = unroll(agent, obs, batch.initial_hidden, batch.episode_starts)
         mask: torch.Tensor | None = batch.loss_mask
     else:
         latent = agent.actor.encode(obs)[0]

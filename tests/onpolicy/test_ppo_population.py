@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 from gymnasium import spaces
+from torch import nn
 
 from agile_core.algorithms.group import MemberGroup
 from agile_core.hpo.hyperparameters import HyperparameterConfig, RLParameter
@@ -191,6 +192,77 @@ def test_group_learning_equals_single_agents(action_kind: str, share_encoders: b
     assert group.is_current()
 
 
+RECURRENT_HP = [  # sequence lengths, counts and rollouts differ, so the group pads L and B
+    {"lr": 1e-3, "batch_size": 20, "max_seq_len": 5, "update_epochs": 2},
+    {"lr": 3e-3, "batch_size": 24, "max_seq_len": 6, "update_epochs": 3, "clip_vloss": True,
+     "bptt_sequence_type": "fifty_percent_overlap", "ent_coef": 0.01},
+    {"lr": 2e-2, "batch_size": 16, "max_seq_len": 8, "update_epochs": 4, "target_kl": 0.02,
+     "bptt_sequence_type": "maximum"},
+]
+
+
+def recurrent_members(share_encoders: bool, widths: bool = False) -> list[PPO]:
+    agents = [PPO(OBS, ACTIONS["discrete"], index=i, seed=i, net_config=LSTM_NET, recurrent=True, learn_step=128,
+                  share_encoders=share_encoders, **hp) for i, hp in enumerate(RECURRENT_HP)]
+    if widths:  # LSTMs of 16, 24 and 12 units stack padded per gate
+        agents[1].apply_architecture_mutation("encoder.add_node", np.random.default_rng(1), numb_new_nodes=8)
+        agents[2].apply_architecture_mutation("encoder.remove_node", np.random.default_rng(2), numb_nodes=4)
+    return agents
+
+
+@pytest.mark.parametrize("widths", [False, True], ids=["same", "widths"])
+@pytest.mark.parametrize("share_encoders", [True, False], ids=["shared", "separate"])
+def test_recurrent_group_learning_equals_single_agents(share_encoders: bool, widths: bool) -> None:
+    """LSTM members stack: BPTT over each member's own sequences (padded across members, and
+    across LSTM sizes per gate) equals each agent learning alone through nn.LSTM."""
+    singles, batched = recurrent_members(share_encoders, widths), recurrent_members(share_encoders, widths)
+    if widths:
+        assert [agent._lstms()["actor"].hidden_state_size for agent in singles] == [16, 24, 12]
+    torch.manual_seed(0)
+    buffers = [collected(agent, num_envs=NUM_ENVS, num_steps=steps, seed=slot, p_end=0.2, horizon=8)[0]
+               for slot, (agent, steps) in enumerate(zip(singles, (24, 20, 12), strict=True))]
+    assert not singles[0].solo_group().stacked  # alone, an LSTM runs through nn.LSTM
+    group = MemberGroup(batched)
+    assert group.stacked
+    for active in [(True, True, True), (False, True, False), (True, False, True)]:
+        expected = [agent.learn(buffer) if on else None for agent, buffer, on in zip(singles, buffers, active,
+                                                                                     strict=True)]
+        stats = PPO.learn_population(group, [b if on else None for b, on in zip(buffers, active, strict=True)],
+                                     list(active))
+        for mine, theirs in zip(stats, expected, strict=True):
+            if theirs is None:
+                assert mine is None
+            else:
+                assert_same_stats(mine, theirs)
+    for mine, theirs in zip(batched, singles, strict=True):
+        assert_same_agent(mine, theirs)
+
+
+def test_recurrent_group_acting_carries_each_members_state() -> None:
+    agents = recurrent_members(share_encoders=False, widths=True)
+    group = MemberGroup(agents)
+    rng = np.random.default_rng(0)
+    sizes = [agent._lstms()["actor"].hidden_state_size for agent in agents]
+    hidden = {name: tuple(torch.stack([nn.functional.pad(torch.randn(1, NUM_ENVS, size), (0, 24 - size))
+                                       for size in sizes]) for _ in range(2)) for name in ("actor", "critic")}
+    obs = rng.uniform(-1, 1, (3, NUM_ENVS, 5)).astype(np.float32)
+    step = PPO.act_population(group, agents[0].population_inputs(obs), None, None, training=False,
+                              hidden_state=hidden)
+    values = PPO.value_population(group, agents[0].population_inputs(obs), hidden)
+    assert step.value is not None and step.hidden is not None
+    for slot, agent in enumerate(agents):
+        own = {name: (h[slot, ..., :sizes[slot]], c[slot, ..., :sizes[slot]]) for name, (h, c) in hidden.items()}
+        action, log_prob, _, value, new = agent.get_action(obs[slot], hidden_state=own, deterministic=True)
+        np.testing.assert_array_equal(agent.env_actions(step.action[slot]), action)
+        np.testing.assert_allclose(step.log_prob[slot].numpy(), log_prob, atol=1e-5)
+        np.testing.assert_allclose(step.value[slot].numpy(), value, atol=1e-5)
+        np.testing.assert_allclose(values[slot].numpy(), agent.get_value(obs[slot], own), atol=1e-5)
+        for name in new:
+            for mine, theirs in zip(step.hidden[name], new[name], strict=True):
+                torch.testing.assert_close(mine[slot, ..., :sizes[slot]], theirs, atol=1e-5, rtol=0)
+                assert not mine[slot, ..., sizes[slot]:].any()  # padded units stay exactly zero
+
+
 def test_idle_members_are_left_untouched() -> None:
     agents = members(ACTIONS["discrete"])
     before = [copy.deepcopy(agent.actor.state_dict()) for agent in agents]
@@ -275,13 +347,18 @@ def test_what_cannot_be_stacked_gets_a_group_of_its_own() -> None:
     boxes = [PPO(OBS, BOX, net_config=NET, seed=i) for i in range(2)]
     assert MemberGroup(boxes).stacked  # the Gaussian log-std stacks [P, 1, A]
     lstm = [PPO(OBS, discrete, net_config=LSTM_NET, recurrent=True, seed=i) for i in range(2)]
-    with pytest.raises(NotStackableError):  # LSTM encoders have no population version
-        MemberGroup(lstm)
+    assert MemberGroup(lstm).stacked  # LSTMs of equal sizes stack
+    wider = {**LSTM_NET, "encoder_config": {**LSTM_NET["encoder_config"], "hidden_state_size": 24}}
+    assert MemberGroup([lstm[0], PPO(OBS, discrete, net_config=wider, recurrent=True, seed=2)]).stacked  # padded
+    deeper_lstm = {**LSTM_NET, "encoder_config": {**LSTM_NET["encoder_config"], "num_layers": 2}}
+    with pytest.raises(NotStackableError):
+        MemberGroup([lstm[0], PPO(OBS, discrete, net_config=deeper_lstm, recurrent=True, seed=2)])
     groups = make_groups([same, other, members(discrete)[2], *boxes])
     assert [slots for slots, _ in groups] == [[0, 2], [1], [3, 4]]
     assert [group.stacked for _, group in groups] == [True, True, True]
     assert can_batch([same, *boxes])
-    assert not can_batch([same, PPO(OBS, discrete, net_config=LSTM_NET, recurrent=True)])
+    assert can_batch([same, *lstm])
+    assert not can_batch([same, PPO(spaces.Dict({"x": OBS}), discrete, net_config=NET)])
 
 
 def test_extend_and_joint_advantages_equal_adding_step_by_step() -> None:
@@ -318,15 +395,17 @@ def cartpole(num_envs: int = 4) -> gym.vector.VectorEnv:
     return gym.make_vec("CartPole-v1", num_envs=num_envs, vectorization_mode="vector_entry_point")
 
 
-def test_single_agent_trains_the_same_batched_or_not() -> None:
+@pytest.mark.parametrize("recurrent", [False, True], ids=["feed-forward", "recurrent"])
+def test_single_agent_trains_the_same_batched_or_not(recurrent: bool) -> None:
     """One agent: the batched phase takes the same steps, samples and updates as collect_rollouts
     plus PPO.learn (the same torch RNG draws), so the runs agree to float rounding."""
     runs = []
     for batched in (True, False):
         env = cartpole()
         torch.manual_seed(0)
-        agent = PPO(env.single_observation_space, env.single_action_space, seed=0, net_config=NET, learn_step=64,
-                    batch_size=32, lr=1e-3)
+        options: dict[str, Any] = {"recurrent": True, "max_seq_len": 8} if recurrent else {}
+        agent = PPO(env.single_observation_space, env.single_action_space, seed=0, learn_step=64,
+                    net_config=LSTM_NET if recurrent else NET, batch_size=32, lr=1e-3, **options)
         (agent,), fitness = train_on_policy(env, "CartPole-v1", "PPO", [agent], max_steps=256, evo_steps=128,
                                             verbose=False, seed=1, batch_population=batched)
         runs.append((agent, fitness))
@@ -337,7 +416,8 @@ def test_single_agent_trains_the_same_batched_or_not() -> None:
         torch.testing.assert_close(p, q, atol=1e-5, rtol=0)
 
 
-def test_train_on_policy_batches_the_population(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("recurrent", [False, True], ids=["feed-forward", "recurrent"])
+def test_train_on_policy_batches_the_population(monkeypatch: pytest.MonkeyPatch, recurrent: bool) -> None:
     calls = []
     phase = training_module.collect_and_learn_population
 
@@ -349,8 +429,10 @@ def test_train_on_policy_batches_the_population(monkeypatch: pytest.MonkeyPatch)
     env = cartpole()
     hp = HyperparameterConfig(lr=RLParameter("lr", 1e-4, 1e-2), batch_size=RLParameter("batch_size", 16, 128, int))
     torch.manual_seed(0)
-    pop = [PPO(env.single_observation_space, env.single_action_space, index=i, seed=i, hp_config=hp, net_config=NET,
-               learn_step=learn_step, batch_size=32, lr=1e-3) for i, learn_step in enumerate([128, 256, 128])]
+    options: dict[str, Any] = {"recurrent": True, "max_seq_len": 8} if recurrent else {}
+    pop = [PPO(env.single_observation_space, env.single_action_space, index=i, seed=i, hp_config=hp,
+               net_config=LSTM_NET if recurrent else NET, learn_step=learn_step, batch_size=32, lr=1e-3, **options)
+           for i, learn_step in enumerate([128, 256, 128])]
     pop, fitnesses = train_on_policy(
         env, "CartPole-v1", "PPO", pop, max_steps=1024, evo_steps=512, verbose=False, seed=0,
         selection_strategy=TournamentSelection(2, True, 3, rng=0),

@@ -56,11 +56,13 @@ With ``recurrent=True`` the encoders are LSTMs. The recurrent state is a dict
 ``[num_layers, num_envs, hidden_state_size]``. It is carried from step to step, zeroed where an
 episode begins, and stored in the buffer at every step; ``learn`` replays each BPTT sequence
 from its stored initial state, zeroing it again before every step flagged as an episode start.
+The population-shaped steps take and give the state with a leading member axis,
+``[P, num_layers, rows, H]``; members with LSTMs of different sizes stack padded to the widest
+(a member's padded units stay zero), :meth:`PPO.member_hidden` cuts the state back to each member.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, NamedTuple, cast
@@ -159,8 +161,10 @@ class PPOMinibatch:
 
     ``mask[p]`` is 1 on member ``p``'s own rows and 0 on padding (recurrent: its loss mask) and
     ``counts[p]`` their number (at least 1), so a masked row sum over the count is the member's
-    mean. ``sequences`` holds a
-    recurrent agent's BPTT batch (``P = 1``), whose ``L x B`` steps are the rows."""
+    mean. Recurrent minibatches hold BPTT sequences: ``obs`` is time-major ``[P, L, B, ...]``, the
+    rows of the other fields are its ``L x B`` steps, ``starts`` ``[P, L, B]`` flags the steps
+    where an episode begins and ``initial_hidden`` is each sequence's stored initial state
+    ``[P, layers, B, H]`` (sequences and steps zero-padded to the longest member's)."""
 
     obs: Any
     actions: torch.Tensor
@@ -171,19 +175,79 @@ class PPOMinibatch:
     mask: torch.Tensor
     counts: torch.Tensor
     action_masks: torch.Tensor | None = None
-    sequences: RecurrentBatch | None = None
+    starts: torch.Tensor | None = None
+    initial_hidden: HiddenStates | None = None
 
 
 class PolicyStep(NamedTuple):
     """What :meth:`PPO.act_population` gives for inputs ``[P, rows, ...]``: raw actions
     ``[P, rows, ...]``, their log-probabilities and the values ``[P, rows]`` (None when not asked
-    for), the new recurrent state (groups of one) and the action distribution."""
+    for), the new recurrent state (``[P, layers, rows, H]`` leaves; None unless recurrent) and the
+    action distribution."""
 
     action: torch.Tensor
     log_prob: torch.Tensor
     value: torch.Tensor | None
     hidden: HiddenStates | None
     distribution: Any
+
+
+def _member_axis(hidden: HiddenStates | None, add: bool) -> HiddenStates | None:
+    """A recurrent state with a leading member axis of 1 added (`add`) or removed."""
+    if hidden is None:
+        return None
+    return map_tree(lambda leaf: leaf.unsqueeze(0) if add else leaf.squeeze(0), hidden)
+
+
+def _padded(leaf: torch.Tensor, shape: Sequence[int], fill: float | bool = 0) -> torch.Tensor:
+    """`leaf` in the leading corner of a tensor of `shape` filled with `fill` (`leaf` itself when it fits)."""
+    if tuple(leaf.shape) == tuple(shape):
+        return leaf
+    out = leaf.new_full(tuple(shape), fill)
+    out[tuple(slice(0, size) for size in leaf.shape)] = leaf
+    return out
+
+
+def sequence_minibatch(members: Sequence[PPO], batches: Sequence[RecurrentBatch | None]) -> PPOMinibatch:
+    """The members' BPTT minibatches (None for a member that sits out) as one
+    :class:`PPOMinibatch`: sequences and steps padded to the longest member's ``L x B`` (padding
+    weighs nothing: it is outside every loss mask and starts from a zero state)."""
+    present = [batch for batch in batches if batch is not None]
+    length = max(batch.old_log_probs.shape[0] for batch in present)
+    width = max(batch.old_log_probs.shape[1] for batch in present)
+    like = present[0]  # recurrent policies read vector observations: every field is one tensor
+
+    def stacked(get: Any, fill: float | bool = 0) -> torch.Tensor:
+        parts = [None if batch is None else get(member, batch) for member, batch in zip(members, batches, strict=True)]
+        model = next(part for part in parts if part is not None)
+        shape = (length, width, *model.shape[2:])
+        return torch.stack([model.new_full(shape, fill) if part is None else _padded(part, shape, fill)
+                            for part in parts])
+
+    def hidden_leaf(widest: int, *parts: torch.Tensor | None) -> torch.Tensor:
+        present = next(part for part in parts if part is not None)
+        shape = (present.shape[0], width, widest)  # [layers, B, the group's widest H]
+        return torch.stack([_padded(part, shape) if part is not None else present.new_zeros(shape) for part in parts])
+
+    hidden = [None if batch is None else member.fit_hidden(cast(HiddenStates, batch.initial_hidden))
+              for member, batch in zip(members, batches, strict=True)]
+    template = next(state for state in hidden if state is not None)
+    initial = {name: tuple(hidden_leaf(max(member._lstms()[name].hidden_state_size for member in members),
+                                       *[None if state is None else state[name][k] for state in hidden])
+                           for k in range(2)) for name in template}
+    rows = length * width
+    mask = stacked(lambda _, batch: batch.loss_mask, False).to(torch.float32).reshape(len(members), rows)
+    actions = stacked(lambda member, batch: member._flat_action(batch.actions, batch.old_log_probs.shape))
+    masks = None if like.action_masks is None else stacked(lambda _, batch: batch.action_masks, True)
+    scalars = [stacked(lambda _, batch, name=name: getattr(batch, name)).reshape(len(members), rows)
+               for name in ("old_log_probs", "old_values", "advantages", "returns")]
+    return PPOMinibatch(
+        obs=stacked(lambda _, batch: batch.obs), actions=actions.reshape(len(members), rows, *actions.shape[3:]),
+        old_log_probs=scalars[0], old_values=scalars[1], advantages=scalars[2], returns=scalars[3], mask=mask,
+        counts=mask.sum(dim=1, keepdim=True).clamp(min=1.0),
+        action_masks=None if masks is None else masks.reshape(len(members), rows, -1),
+        starts=stacked(lambda _, batch: batch.episode_starts, False),
+        initial_hidden=initial)  # type: ignore[arg-type]
 
 
 def _numpy(tensor: torch.Tensor) -> np.ndarray:
@@ -514,16 +578,17 @@ class PPO(SingleAgentAlgorithm):
         batch dimension of 1. The ``P = 1`` case of :meth:`act_population`.
         """
         mask = self.prepare_action_mask(action_mask)
+        hidden = None if hidden_state is None else _member_axis(self.fit_hidden(hidden_state), add=True)
         step = type(self).act_population(self.solo_group(), with_member_axis(self.preprocess(obs)), None,
                                          None if mask is None else mask.unsqueeze(0), training=not deterministic,
-                                         hidden_state=hidden_state)
+                                         hidden_state=hidden)
         with torch.no_grad():
             entropy = step.distribution.entropy()
         assert step.value is not None
         outputs = (self.env_actions(step.action), _numpy(step.log_prob), _numpy(entropy), _numpy(step.value))
         if self.recurrent:
             assert step.hidden is not None
-            return (*outputs, step.hidden)
+            return (*outputs, _member_axis(step.hidden, add=False))
         return outputs
 
     @classmethod
@@ -535,7 +600,8 @@ class PPO(SingleAgentAlgorithm):
         greedy ones (mode / mean), their log-probabilities and (with `values`) the values, all
         ``[P, rows, ...]``. `action_masks` ``[P, rows, n]`` (prepared, see :meth:`prepare_action_mask`)
         restricts discrete choices; `epsilons` is unused (PPO explores by sampling);
-        `hidden_state` is the recurrent state of a group of one."""
+        `hidden_state` is the members' recurrent state, leaves ``[P, layers, rows, H]`` (zeros when
+        None)."""
         with torch.no_grad():
             heads, value, hidden = cls._heads(group, inputs, hidden_state, critic=values)
             dist = cls._policy(group).distribution_from_head(heads, action_masks)
@@ -565,6 +631,8 @@ class PPO(SingleAgentAlgorithm):
         if group.stacked:
             actor = cast(StochasticActor, group.nets["actor"])
             separate = cast(ValueNetwork | None, group.nets.get("critic"))
+            if actor.recurrent:
+                return cls._recurrent_heads(group, inputs, hidden_state, policy=policy, critic=critic)
             if separate is not None:  # encoder and head of each network as one (fused) chain
                 heads = actor.head_of_latent(inputs) if policy else actor.encode(inputs)[0]
                 return heads, separate.head_of_latent(inputs).squeeze(-1) if critic else None, None
@@ -574,10 +642,65 @@ class PPO(SingleAgentAlgorithm):
                 return heads, None, None
             return heads, cast(SharedActorCritic, actor).value_head(latent).squeeze(-1), None
         member = cast(PPO, group.members[0])
-        latent, critic_latent, hidden = member._encode(map_tree(lambda leaf: leaf.squeeze(0), inputs), hidden_state)
+        latent, critic_latent, hidden = member._encode(map_tree(lambda leaf: leaf.squeeze(0), inputs),
+                                                       _member_axis(hidden_state, add=False))
         heads = member.actor.head(latent).unsqueeze(0) if policy else latent
         value = member._value_head()(critic_latent).squeeze(-1).unsqueeze(0) if critic else None
-        return heads, value, hidden
+        return heads, value, _member_axis(hidden, add=True)
+
+    @classmethod
+    def _recurrent_heads(cls, group: MemberGroup, inputs: torch.Tensor, hidden_state: HiddenStates | None, *,
+                         policy: bool, critic: bool) -> tuple[torch.Tensor, torch.Tensor | None, HiddenStates]:
+        """:meth:`_heads` of a stacked recurrent group for one step: the LSTM encoders advance
+        from `hidden_state` (zeros when None); a separate critic runs only when values are asked for."""
+        nets = cls._recurrent_networks(group)
+        if hidden_state is None:
+            hidden_state = cls.population_hidden(group, inputs.shape[1])
+        new: HiddenStates = {}
+        latents: dict[str, torch.Tensor] = {}
+        for name, net in nets.items():
+            if name == "critic" and not critic:
+                continue
+            latents[name], new[name] = net.encode(inputs, hidden_state[name])  # type: ignore[assignment]
+        heads, value = cls._latent_heads(group, latents["actor"], latents.get("critic", latents["actor"]),
+                                         policy=policy, critic=critic)
+        return heads, value, new
+
+    @classmethod
+    def population_hidden(cls, group: MemberGroup, rows: int) -> HiddenStates:
+        """Zero recurrent state of a recurrent group's members for `rows` sub-envs, leaves
+        ``[P, layers, rows, H]`` (stacked members of different sizes: the widest ``H``)."""
+        if not group.stacked:
+            return cast(HiddenStates, _member_axis(cast(PPO, group.members[0]).initial_hidden(rows), add=True))
+        return {name: cast(EvolvableLSTM, net.encoder).initial_hidden_state(rows)
+                for name, net in cls._recurrent_networks(group).items()}
+
+    @classmethod
+    def member_hidden(cls, group: MemberGroup, hidden: HiddenStates) -> list[HiddenStates]:
+        """A group's recurrent state ``[P, layers, rows, H]`` as each member's own
+        ``[layers, rows, H_p]`` (cut to its own LSTM size)."""
+        return [cast(PPO, member).fit_hidden({name: (h[slot], c[slot]) for name, (h, c) in hidden.items()})
+                for slot, member in enumerate(group.members)]
+
+    @classmethod
+    def _recurrent_networks(cls, group: MemberGroup) -> dict[str, EvolvableNetwork]:
+        """The stacked networks with LSTM encoders: ``{"actor"[, "critic"]}``."""
+        return {name: cast(EvolvableNetwork, group.nets[name]) for name in ("actor", "critic") if name in group.nets}
+
+    @classmethod
+    def _latent_heads(cls, group: MemberGroup, latent: torch.Tensor, critic_latent: torch.Tensor, *,
+                      policy: bool = True, critic: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Policy-head outputs (the latent itself without `policy`) and values ``[P, rows]`` (when
+        `critic`) of the members' latents ``[P, rows, D]``."""
+        if group.stacked:
+            actor = cast(StochasticActor, group.nets["actor"])
+            value_head = cast(ValueNetwork, group.nets["critic"]).head if "critic" in group.nets else \
+                cast(SharedActorCritic, actor).value_head
+            heads = actor.head(latent) if policy else latent
+            return heads, value_head(critic_latent).squeeze(-1) if critic else None
+        member = cast(PPO, group.members[0])
+        heads = member.actor.head(latent[0]).unsqueeze(0) if policy else latent
+        return heads, member._value_head()(critic_latent[0]).squeeze(-1).unsqueeze(0) if critic else None
 
     def env_actions(self, raw: torch.Tensor) -> np.ndarray:
         """Raw actions (``[P, rows, ...]`` or ``[rows, ...]``) as :meth:`get_action` returns them,
@@ -598,8 +721,8 @@ class PPO(SingleAgentAlgorithm):
 
     def get_value(self, obs: Any, hidden_state: HiddenStates | None = None) -> np.ndarray:
         """``V(obs)`` float32 ``[N]`` (recurrent: given the state fed at that step)."""
-        return _numpy(type(self).value_population(self.solo_group(), with_member_axis(self.preprocess(obs)),
-                                                  hidden_state))
+        hidden = None if hidden_state is None else _member_axis(self.fit_hidden(hidden_state), add=True)
+        return _numpy(type(self).value_population(self.solo_group(), with_member_axis(self.preprocess(obs)), hidden))
 
     def to_env_action(self, action: Any) -> np.ndarray:
         """What the environment receives for raw policy actions: ``start`` added for Discrete and
@@ -656,7 +779,8 @@ class PPO(SingleAgentAlgorithm):
         ``normalize_advantages``, ``clip_vloss``, learning rate and Adam state, and ``target_kl``
         (a member whose KL exceeds its target stops and goes idle, the others go on). Each member's
         gradient steps run back to back across its epochs, so the group takes as many steps as
-        its busiest member. Recurrent members (groups of one) learn from BPTT sequences.
+        its busiest member. Recurrent members learn from BPTT sequences (each member's own
+        sequence length and count, padded across members).
         """
         rollouts = list(batch)
         size = len(group)
@@ -685,7 +809,7 @@ class PPO(SingleAgentAlgorithm):
             if not any(running):
                 break
             if rows is None:
-                minibatch = members[0].minibatch_of(cast(RecurrentBatch, picks[0]))
+                minibatch = sequence_minibatch(members, cast(list[RecurrentBatch | None], picks))
             else:
                 minibatch = rows.minibatch([np.zeros(0, np.int64) if pick is None else pick for pick in picks])
             losses, stats = cls._losses(group, minibatch)
@@ -747,37 +871,30 @@ class PPO(SingleAgentAlgorithm):
         ``B`` rows all count; of a recurrent batch's ``L x B`` steps (replayed from their stored
         initial state) those in its ``loss_mask``."""
         if isinstance(batch, RecurrentBatch):
-            mask = batch.loss_mask.to(torch.float32).reshape(1, -1)
-        else:
-            mask = torch.ones(1, batch.old_log_probs.shape[0], device=batch.old_log_probs.device)
+            return sequence_minibatch([self], [batch])
+        mask = torch.ones(1, batch.old_log_probs.shape[0], device=batch.old_log_probs.device)
         lead = batch.old_log_probs.shape
         masks = batch.action_masks
         return PPOMinibatch(
             obs=map_tree(lambda leaf: leaf.unsqueeze(0), batch.obs),
-            actions=self._flat_action(cast(torch.Tensor, batch.actions), lead).reshape(1, lead.numel(), *(
-                () if isinstance(self.action_space, spaces.Discrete) else (-1,))),
+            actions=self._flat_action(cast(torch.Tensor, batch.actions), lead).unsqueeze(0),
             old_log_probs=batch.old_log_probs.reshape(1, -1), old_values=batch.old_values.reshape(1, -1),
             advantages=batch.advantages.reshape(1, -1), returns=batch.returns.reshape(1, -1),
-            mask=mask, counts=mask.sum(dim=1, keepdim=True).clamp(min=1.0), action_masks=None if masks is None else masks.reshape(1, lead.numel(), -1),
-            sequences=batch if isinstance(batch, RecurrentBatch) else None)
+            mask=mask, counts=mask.sum(dim=1, keepdim=True).clamp(min=1.0),
+            action_masks=None if masks is None else masks.reshape(1, lead.numel(), -1))
 
     @classmethod
     def _evaluate(cls, group: MemberGroup, minibatch: PPOMinibatch) -> tuple[Any, torch.Tensor]:
         """The current action distribution and values ``[P, rows]`` of a minibatch (under its
         stored action masks); recurrent sequences are replayed from their stored initial state
         (see :meth:`_unroll`)."""
-        sequences = minibatch.sequences
-        if sequences is None:
+        if minibatch.starts is None:
             inputs = group.members[0].population_inputs(minibatch.obs)
             heads, value, _ = cls._heads(group, inputs)
-            assert value is not None
         else:
-            member = cast(PPO, group.members[0])
-            latent, critic_latent = member._unroll(member.preprocess(sequences.obs), sequences.initial_hidden,
-                                                   sequences.episode_starts)
-            rows = latent.shape[0] * latent.shape[1]
-            heads = member.actor.head(latent).reshape(1, rows, -1)
-            value = member._value_head()(critic_latent).reshape(1, rows)
+            latent, critic_latent = cls._unroll(group, minibatch)
+            heads, value = cls._latent_heads(group, latent.flatten(1, 2), critic_latent.flatten(1, 2))
+        assert value is not None
         return cls._policy(group).distribution_from_head(heads, minibatch.action_masks), value
 
     @classmethod
@@ -810,28 +927,27 @@ class PPO(SingleAgentAlgorithm):
         mask = batch.loss_mask if isinstance(batch, RecurrentBatch) else None
         return (dist.log_prob(minibatch.actions).reshape(lead), dist.entropy().reshape(lead), value.reshape(lead), mask)
 
-    def _unroll(self, obs: torch.Tensor, initial: HiddenStates, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Replay time-major sequences ``[L, B, ...]``; return actor and critic latents ``[L, B, D]``."""
-        initial = self.fit_hidden(initial)
-        latents = {name: self._unroll_lstm(lstm, obs, initial[name], starts) for name, lstm in self._lstms().items()}
-        return latents["actor"], latents.get("critic", latents["actor"])
-
-    @staticmethod
-    def _unroll_lstm(lstm: EvolvableLSTM, obs: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor],
-                     starts: torch.Tensor) -> torch.Tensor:
-        """Run `lstm` over ``[L, B, ...]`` zeroing the state of a sequence before each of its
-        episode starts. The sequence is cut only where some sequence restarts, so a batch
-        without mid-sequence episode starts runs as one cuDNN/LSTM call."""
-        x = obs.movedim(0, 1)  # [B, L, ...]
-        length = x.shape[1]
-        cuts = [0, *sorted({int(t) for t in starts[1:].any(dim=1).nonzero().flatten() + 1}), length]
-        h, c = state
-        outputs = []
-        for begin, end in itertools.pairwise(cuts):
-            keep = (~starts[begin]).to(h.dtype)[None, :, None]
-            out, (h, c) = lstm(x[:, begin:end], (h * keep, c * keep))
-            outputs.append(out)
-        return torch.cat(outputs, dim=1).movedim(1, 0)
+    @classmethod
+    def _unroll(cls, group: MemberGroup, minibatch: PPOMinibatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Replay a recurrent minibatch's time-major sequences ``[P, L, B, ...]`` through the
+        members' LSTM encoders, each from its stored initial state and zeroed before every
+        episode start; return actor and critic latents ``[P, L, B, D]``."""
+        assert minibatch.starts is not None and minibatch.initial_hidden is not None
+        members, length, width = minibatch.starts.shape
+        obs = group.members[0].population_inputs(minibatch.obs.reshape(members, length * width, -1))
+        x = obs.reshape(members, length, width, -1).movedim(1, 2)  # [P, B, L, ...]
+        starts = minibatch.starts.movedim(1, 2)
+        latents: dict[str, torch.Tensor] = {}
+        if group.stacked:
+            for name, net in cls._recurrent_networks(group).items():
+                latents[name] = net.encoder(x, minibatch.initial_hidden[name], starts)[0]
+        else:
+            member = cast(PPO, group.members[0])
+            initial = member.fit_hidden(cast(HiddenStates, _member_axis(minibatch.initial_hidden, add=False)))
+            for name, lstm in member._lstms().items():
+                latents[name] = lstm(x[0], initial[name], starts[0])[0].unsqueeze(0)
+        actor = latents["actor"].movedim(2, 1)
+        return actor, latents["critic"].movedim(2, 1) if "critic" in latents else actor
 
     @staticmethod
     def _explained_variance(buffer: RolloutBuffer) -> float:

@@ -135,7 +135,7 @@ def make_member_groups(population: Sequence[EvolvableAlgorithm],
                        order: Callable[[Any], Any] | None = None) -> list[tuple[list[int], MemberGroup]]:
     """``[(slots, group)]``: the population split into groups by :func:`group_key` (in order of
     their first slot; within a group slot order, or sorted by ``order(agent)``, stable). Agents
-    with equal keys whose networks still do not stack (convolutions, LSTMs...) get groups of one."""
+    with equal keys whose networks still do not stack (convolutions, LSTMs of other sizes...) get groups of one."""
     from agile_core.training.population import group_by_architecture
 
     groups: list[tuple[list[int], MemberGroup]] = []
@@ -212,6 +212,9 @@ class MemberGroup:
         self._optimizer_objects = [(member, slot.attr, getattr(member, slot.attr))
                                    for slot in first._optimizers for member in members]
         self.stacked = True
+        if self.size == 1 and self._runs_best_alone():
+            self._unit()
+            return
         try:
             self._stack(fused)
         except NotStackableError:
@@ -219,8 +222,15 @@ class MemberGroup:
                 raise
             self._unit()
 
+    def _runs_best_alone(self) -> bool:
+        """Whether a network of the only member holds a module that runs faster unstacked
+        (``stack_alone = False``, e.g. an LSTM through ``nn.LSTM``'s own kernel)."""
+        member = self.members[0]
+        return any(getattr(module, "stack_alone", True) is False for names in self.stacks.values()
+                   for name in names for module in getattr(member, name).modules())
+
     def _unit(self) -> None:
-        """A group of one whose networks do not stack (convolutions, LSTMs...): the
+        """A group of one whose networks do not stack (convolutions...) or run best alone (LSTMs): the
         member's own networks, each wrapped to take and give a leading member axis of 1, and its
         own optimizers."""
         self.stacked = False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
@@ -94,6 +95,24 @@ class LstmLayer(nn.Module):
         self.lstm = new
 
 
+def _run_member_layer(layer: LstmLayer, y: torch.Tensor, state: HiddenState,
+                      starts: torch.Tensor | None) -> tuple[torch.Tensor, HiddenState]:
+    """One member layer over ``[B, T, in]``, the state zeroed before each step flagged in `starts`
+    (``[B, T]``): the sequence is cut only where some sequence restarts, so a batch without
+    restarts is one ``nn.LSTM`` call."""
+    steps = y.shape[1]
+    if starts is None:
+        return layer(y, state)
+    cuts = [0, *sorted({int(t) for t in starts[:, 1:].any(dim=0).nonzero().flatten() + 1}), steps]
+    h, c = state
+    outputs = []
+    for begin, end in itertools.pairwise(cuts):
+        keep = (~starts[:, begin]).to(h.dtype)[None, :, None]
+        out, (h, c) = layer(y[:, begin:end], (h * keep, c * keep))
+        outputs.append(out)
+    return torch.cat(outputs, dim=1), (h, c)
+
+
 class EvolvableLSTM(EvolvableModule):
     """Stacked LSTM -> Linear(num_outputs) -> activation?, for recurrent policies.
 
@@ -157,10 +176,17 @@ class EvolvableLSTM(EvolvableModule):
         kwargs.update(overrides)
         return cls(num_inputs, num_outputs, **kwargs)
 
+    population_axis = False
+    """True on a stacked copy (:func:`~agile_core.networks.stacked.stack_modules`), whose inputs
+    and states carry a leading member axis."""
+
+    stack_alone = False
+    """A single LSTM runs faster through ``nn.LSTM``'s own kernel than as a stack of one."""
+
     @property
     def stack(self) -> list[LstmLayer]:
         """The LSTM layers, bottom first."""
-        return [layer for layer in self.layers if isinstance(layer, LstmLayer)]
+        return list(self.layers)  # type: ignore[arg-type]
 
     @property
     def hidden_state_size(self) -> int:
@@ -191,29 +217,45 @@ class EvolvableLSTM(EvolvableModule):
                              dtype: torch.dtype | None = None) -> HiddenState:
         """Zero ``(h, c)`` for `batch_size` sequences (on the module's device/dtype by default)."""
         like = self.output_layer.weight
-        shape = (self.num_layers, batch_size, self.hidden_state_size)
+        members = tuple(like.shape[:1]) if self.population_axis else ()  # a stacked copy: [P, ...]
+        shape = (*members, self.num_layers, batch_size, self.hidden_state_size)
         device = like.device if device is None else device
         dtype = like.dtype if dtype is None else dtype
         return torch.zeros(shape, device=device, dtype=dtype), torch.zeros(shape, device=device, dtype=dtype)
 
-    def forward(self, x: torch.Tensor, hidden_state: HiddenState | None = None) -> tuple[torch.Tensor, HiddenState]:
-        """Encode a sequence (or one step); return features and the new hidden state."""
-        extra = x.dim() - len(self.input_shape)
+    def forward(self, x: torch.Tensor, hidden_state: HiddenState | None = None,
+                starts: torch.Tensor | None = None) -> tuple[torch.Tensor, HiddenState]:
+        """Encode a sequence (or one step); return features and the new hidden state.
+
+        `starts` (``[B, T]`` bool, sequences only) zeroes the state before the steps where an
+        episode begins. Stacked (:attr:`population_axis`), every argument and output has a
+        leading member axis: ``x`` ``[P, B, T, ...]``, ``(h, c)`` ``[P, num_layers, B, H]``."""
+        lead = 1 if self.population_axis else 0
+        extra = x.dim() - lead - len(self.input_shape)
         if extra not in (1, 2):
-            raise ValueError(f"expected [B, T, *{self.input_shape}] or [B, *{self.input_shape}], got {tuple(x.shape)}")
-        batch = x.shape[0]
-        steps = x.shape[1] if extra == 2 else 1
-        y = x.reshape(batch, steps, self.num_inputs)
-        h0, c0 = self.initial_hidden_state(batch, x.device, y.dtype) if hidden_state is None else hidden_state
+            raise ValueError(f"expected [B, T, *{self.input_shape}] or [B, *{self.input_shape}]"
+                             f"{' with a leading member axis' if lead else ''}, got {tuple(x.shape)}")
+        outer = tuple(x.shape[:lead])
+        batch = x.shape[lead]
+        steps = x.shape[lead + 1] if extra == 2 else 1
+        y = x.reshape(*outer, batch, steps, self.num_inputs)
+        if hidden_state is None:
+            zeros = y.new_zeros(*outer, self.num_layers, batch, self.hidden_state_size)
+            hidden_state = (zeros, zeros)
+        h0, c0 = hidden_state
         hs, cs = [], []
         for i, layer in enumerate(self.stack):
-            y, (h, c) = layer(y, (h0[i : i + 1].contiguous(), c0[i : i + 1].contiguous()))
+            state = (h0.narrow(lead, i, 1).contiguous(), c0.narrow(lead, i, 1).contiguous())
+            if lead:
+                y, (h, c) = layer(y, state, starts)
+            else:
+                y, (h, c) = _run_member_layer(layer, y, state, starts)
             hs.append(h)
             cs.append(c)
         features = self.output_act(self.output_layer(y))
         if extra == 1:
-            features = features[:, 0]
-        return features, (torch.cat(hs), torch.cat(cs))
+            features = features.select(lead + 1, 0)
+        return features, (torch.cat(hs, dim=lead), torch.cat(cs, dim=lead))
 
     def set_num_outputs(self, num_outputs: int, generator: torch.Generator | None = None) -> None:
         """Resize the output projection, keeping the leading outputs."""

@@ -14,7 +14,8 @@ than the widest are zero-padded: each member's weights sit in the leading corner
 tensor, layer norms normalise over each member's own units only, and the padding stays exactly
 zero through forward passes, gradients (masked, see :func:`padding_mask`) and Adam updates, so
 every member computes what it computes alone (noisy layers: :mod:`~agile_core.networks.stacked_noisy`).
-Networks with layers that have no population version here (convolutions, LSTMs, PReLU) raise
+LSTM layers stack too, padded per gate (:mod:`~agile_core.networks.stacked_lstm`).
+Networks with layers that have no population version here (convolutions, PReLU) raise
 :class:`NotStackableError` and callers fall back to running the members one by one. :func:`bind_members` makes the members' parameters views of the stacked ones.
 """
 
@@ -31,7 +32,9 @@ from torch import nn
 
 from agile_core.networks.base import EvolvableModule
 from agile_core.networks.layers import DenseBlock
+from agile_core.networks.lstm import LstmLayer
 from agile_core.networks.noisy import NoisyLinear
+from agile_core.networks.stacked_lstm import StackedLstmLayer, StackedLstmWeights
 from agile_core.networks.stacked_noisy import StackedNoisyLinear
 
 __all__ = [
@@ -58,8 +61,8 @@ class NotStackableError(TypeError):
     type without a population version)."""
 
 
-SIZE_KEYS = frozenset({"num_inputs", "num_outputs", "latent_dim", "input_shape", "hidden_size", "norm_eps",
-                       "residual"})
+SIZE_KEYS = frozenset({"num_inputs", "num_outputs", "latent_dim", "input_shape", "hidden_size", "hidden_state_size",
+                       "norm_eps", "residual"})
 """Config entries :func:`structure_key` ignores: sizes, per-layer eps (node growth rescales it)
 and the layer list itself, of which only the number of plain (non-residual) layers counts."""
 
@@ -261,6 +264,8 @@ def _stacked_child(children: Sequence[nn.Module], path: str, member_paths: Seque
         return StackedDenseBlock(children)  # type: ignore[arg-type]
     if type(first) is NoisyLinear:
         return StackedNoisyLinear(children)  # type: ignore[arg-type]
+    if type(first) is LstmLayer:
+        return StackedLstmLayer(children)  # type: ignore[arg-type]
     if all(type(child) is nn.ModuleList for child in children) and all(
             type(block) is DenseBlock for child in children for block in cast(nn.ModuleList, child)):
         return _stacked_dense_layers([cast(nn.ModuleList, child) for child in children], path, member_paths, paths)
@@ -335,6 +340,8 @@ def _stacked_container(modules: Sequence[nn.Module], path: str = "", member_path
     if not first._modules:
         return _stateless(first)
     container = copy.copy(first)
+    if hasattr(type(first), "population_axis"):  # its forward reads a leading member axis when stacked
+        container.__dict__["population_axis"] = True
     container._parameters = {name: nn.Parameter(_stack([cast(torch.Tensor, module._parameters[name])
                                                         for module in modules]).unsqueeze(1)) for name in direct}
     if direct:
@@ -531,7 +538,8 @@ def member_range(stacked: nn.Module, start: int, stop: int) -> nn.Module:
         return part
 
     def copy_tree(module: nn.Module) -> nn.Module:
-        per_member = isinstance(module, StackedLinear | StackedLayerNorm | StackedDenseBlock | StackedNoisyLinear)
+        per_member = isinstance(module, StackedLinear | StackedLayerNorm | StackedDenseBlock | StackedNoisyLinear
+                                | StackedLstmLayer | StackedLstmWeights)
         if not per_member and not module._modules:
             return module  # stateless
         clone = copy.copy(module)

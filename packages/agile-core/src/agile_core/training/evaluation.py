@@ -46,8 +46,10 @@ def episode_returns(
     max_steps: int | None = None,
     swap_channels: bool = False,
     seed: int | None = None,
+    round_start: Callable[[], None] | None = None,
 ) -> np.ndarray:
-    """The returns ``[loop, num_envs]`` behind :func:`evaluate_policy` (one episode per sub-env and round)."""
+    """The returns ``[loop, num_envs]`` behind :func:`evaluate_policy` (one episode per sub-env and
+    round); `round_start` is called before each round."""
     if loop < 1:
         raise ValueError(f"loop must be >= 1, got {loop}")
     if max_steps is not None and max_steps < 1:
@@ -55,6 +57,8 @@ def episode_returns(
     vec = as_vector_env(env)
     returns = np.zeros((loop, vec.num_envs), dtype=np.float64)
     for round_index in range(loop):
+        if round_start is not None:
+            round_start()
         with PROFILER.env:
             obs, info = vec.reset(seed=seed if round_index == 0 else None)
         episode_return = returns[round_index]
@@ -81,15 +85,18 @@ def evaluate_population_batched(
     loop: int = 1,
     max_steps: int | None = None,
     swap_channels: bool = False,
+    round_start: Callable[[], None] | None = None,
 ) -> list[float]:
     """Evaluate a whole population in one vector env whose sub-envs are split into equal,
     consecutive slices, one per agent; `act` answers for all of them at once.
 
     Each agent's fitness is the mean over its slice (the same number of episodes as
     :func:`evaluate_policy` gives one agent in a slice-sized env) and is appended to its
-    ``fitness`` like ``agent.test`` does.
+    ``fitness`` like ``agent.test`` does. `round_start` is called before each round's reset
+    (e.g. to zero recurrent states).
     """
-    returns = episode_returns(env, act, loop=loop, max_steps=max_steps, swap_channels=swap_channels)
+    returns = episode_returns(env, act, loop=loop, max_steps=max_steps, swap_channels=swap_channels,
+                              round_start=round_start)
     per_agent = returns.reshape(loop, len(population), -1)
     fitnesses = [float(per_agent[:, index].mean()) for index in range(len(population))]
     for agent, fitness in zip(population, fitnesses, strict=True):

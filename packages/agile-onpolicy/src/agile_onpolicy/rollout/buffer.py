@@ -301,18 +301,23 @@ class RolloutBuffer:
         valid: Any,
         final_value: Any = None,
         action_mask: Any = None,
+        hidden: Any = None,
+        episode_start: Any = None,
     ) -> slice:
         """Write ``k`` consecutive vector steps at once and return the rows written.
 
-        The same as ``k`` calls of :meth:`add` (with ``episode_start`` derived), one per
-        leading index of the arguments, which all have leading dimensions ``[k, num_envs]``;
-        ``final_value``, when given, is used where a row truncated without terminating.
-        Loops that collect many steps before learning write them here in one go instead of
-        paying ``add``'s per-call cost at every step. Feed-forward buffers only: a recurrent
-        buffer needs each step's hidden state (:meth:`add`).
+        The same as ``k`` calls of :meth:`add`, one per leading index of the arguments, which
+        all have leading dimensions ``[k, num_envs]``; ``final_value``, when given, is used where
+        a row truncated without terminating. A recurrent buffer needs ``hidden`` (the states fed
+        at each step, policy convention with a leading ``k``) and takes ``episode_start``
+        ``[k, num_envs]`` as :meth:`add` does (derived when omitted). Loops that collect many
+        steps before learning write them here in one go instead of paying ``add``'s per-call
+        cost at every step.
         """
-        if self._hidden is not None:
-            raise ValueError("extend writes feed-forward rollouts; a recurrent buffer needs add() with each hidden state")
+        if self._hidden is not None and hidden is None:
+            raise ValueError("a recurrent buffer needs the hidden state of every step")
+        if self._hidden is None and hidden is not None:
+            raise ValueError("hidden given to a non-recurrent buffer")
         count = int(np.shape(reward)[0])
         if not 0 < count <= self.num_steps - self._pos:
             raise RuntimeError(f"cannot write {count} steps: {self.num_steps - self._pos} rows left in the buffer")
@@ -327,8 +332,13 @@ class RolloutBuffer:
         self.log_probs[rows] = as_tensor(log_prob, self.log_probs[rows], "log_prob")
         self.terminations[rows], self.truncations[rows], self.valid[rows] = term_t, trunc_t, valid_t
         ends = ~valid_t | term_t | trunc_t  # the next row begins an episode
-        self.episode_starts[rows] = valid_t & torch.cat([self._next_episode_start[None], ends[:-1]])
+        if episode_start is None:
+            self.episode_starts[rows] = valid_t & torch.cat([self._next_episode_start[None], ends[:-1]])
+        else:
+            self.episode_starts[rows] = as_tensor(episode_start, self.episode_starts[rows], "episode_start")
         self._next_episode_start = ends[-1].clone()
+        if self._hidden is not None:
+            self._hidden.write_rows(rows, hidden)
         bootstrap = trunc_t & ~term_t
         if final_value is None:
             self.truncation_values[rows] = 0.0

@@ -84,6 +84,15 @@ class HiddenStateStore:
         env_major = map_tree(_to_env_major, self.storage, hidden)
         write_row(self.storage, row, env_major, "hidden")
 
+    def write_rows(self, rows: slice, hidden: Any) -> None:
+        """Store ``k`` steps of states at ``rows``: leaves in policy convention with a leading ``k``."""
+
+        def _to_env_major(leaf: torch.Tensor, value: Any) -> torch.Tensor:
+            tensor = torch.as_tensor(value)
+            return torch.movedim(tensor, 1 + self.batch_dim % (tensor.dim() - 1), 1)
+
+        write_row(self.storage, rows, map_tree(_to_env_major, self.storage, hidden), "hidden")
+
     def gather(self, steps: torch.Tensor, envs: torch.Tensor) -> TensorTree:
         """Return the states stored at ``(steps[i], envs[i])`` in policy convention.
 
