@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from agile_offline.bandits.env import BanditDataError, BanditEnv, load_table
-from agile_offline.bandits.run import loop_kwargs, make_env
+from agile_offline.bandits.run import make_env, run_loop
 from agile_offline.specs.bandits import BanditEnvSpec
 
 DATA = Path(__file__).resolve().parents[2] / "configs" / "data"
@@ -116,8 +116,18 @@ def test_make_env_from_entrypoint() -> None:
         make_env(bad)
 
 
-def test_loop_kwargs_takes_episode_steps() -> None:
+def test_run_loop_takes_episode_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    import agile_offline.bandits.training as training
     from agile_core.specs.manifest import TrainingManifest
+    from agile_core.training.options import RunOptions
 
     manifest = TrainingManifest.get_validated(DATA.parent / "training" / "neural_ucb_iris.yaml")
-    assert loop_kwargs(manifest, None, "cpu") == {"episode_steps": manifest.training.episode_steps}
+    seen: dict = {}
+
+    def fake_run(*args: object, **kwargs: object) -> tuple[list, list]:
+        seen.update(kwargs)
+        return [], []
+
+    monkeypatch.setattr(training, "run_bandits", fake_run)
+    assert run_loop(manifest, None, [], RunOptions(), "cpu") == ([], [])
+    assert seen == {"episode_steps": manifest.training.episode_steps}

@@ -1,6 +1,6 @@
 """RainbowDQN in `train_off_policy`: prioritized replay (beta annealing, priority updates), n-step
 memory aligned with the PER memory, checkpoint/resume of both memories, and the manifest path
-(`build_buffer`, `loop_kwargs`, LocalTrainer)."""
+(`build_buffer`, `build_memories`, LocalTrainer)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from agile_core.trainer import LocalTrainer
 from agile_offpolicy.buffers import MultiStepReplayBuffer, PrioritizedReplayBuffer, ReplayBuffer
 from agile_offpolicy.dqn import DQN
 from agile_offpolicy.rainbow import RainbowDQN
-from agile_offpolicy.run import build_buffer, loop_kwargs
+from agile_offpolicy.run import build_buffer, build_memories
 from agile_offpolicy.training import train_off_policy
 from tests.offpolicy.test_train_off_policy import countdown_vec
 
@@ -195,23 +195,22 @@ def _manifest(replay_buffer: dict[str, Any], algorithm: dict[str, Any] | None = 
     ({"n_step_buffer": True}, MultiStepReplayBuffer, type(None)),
     ({"per_buffer": True, "n_step_buffer": True}, PrioritizedReplayBuffer, MultiStepReplayBuffer),
 ])
-def test_loop_kwargs_build_the_memories_the_manifest_asks_for(section: dict, memory_type: type,
-                                                              n_step_type: type) -> None:
+def test_the_memories_are_those_the_manifest_asks_for(section: dict, memory_type: type, n_step_type: type) -> None:
     env = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync")
-    kwargs = loop_kwargs(_manifest({"max_size": 500, **section}), env, "cpu")
-    assert type(kwargs["memory"]) is memory_type and kwargs["memory"].max_size == 500
-    assert type(kwargs.get("n_step_memory")) is n_step_type
+    memory, n_step_memory = build_memories(_manifest({"max_size": 500, **section}), env, "cpu")
+    assert type(memory) is memory_type and memory.max_size == 500
+    assert type(n_step_memory) is n_step_type
 
 
 def test_n_step_alpha_and_gamma_come_from_the_manifest() -> None:
     env = gym.make_vec("CartPole-v1", num_envs=3, vectorization_mode="sync")
     both = {"per_buffer": True, "n_step_buffer": True, "per_buffer_args": {"alpha": 0.5}}
-    kwargs = loop_kwargs(_manifest(both, {"n_step": 5, "gamma": 0.95}), env, "cpu")
-    memory, n_step = kwargs["memory"], kwargs["n_step_memory"]
-    assert memory.alpha == 0.5 and (n_step.n_step, n_step.gamma, n_step.num_envs) == (5, 0.95, 3)
+    memory, n_step = build_memories(_manifest(both, {"n_step": 5, "gamma": 0.95}), env, "cpu")
+    assert memory.alpha == 0.5 and n_step is not None
+    assert (n_step.n_step, n_step.gamma, n_step.num_envs) == (5, 0.95, 3)
     # an explicit n_step in the replay section wins over the algorithm's
-    kwargs = loop_kwargs(_manifest({**both, "n_step": 2}, {"n_step": 5}), env, "cpu")
-    assert kwargs["n_step_memory"].n_step == 2
+    _, n_step = build_memories(_manifest({**both, "n_step": 2}, {"n_step": 5}), env, "cpu")
+    assert n_step is not None and n_step.n_step == 2
     spec = _manifest({"n_step_buffer_args": {"n_step": 4}, "n_step_buffer": True}, {"n_step": 5})
     buffer = build_buffer(spec.resolved_replay_buffer(), spec.algorithm, "cpu",
                           observation_space=env.single_observation_space, action_space=env.single_action_space)

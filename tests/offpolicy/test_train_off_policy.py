@@ -310,3 +310,9 @@ def test_documented_epsilon_defaults_are_the_loop_defaults() -> None:
         documented = re.search(r"default ([0-9.]+)", description)
         assert documented, f"{name} documents no default"
         assert float(documented.group(1)) == signature.parameters[name].default, name
+    # a manifest without them runs with the same schedule as the function's defaults
+    from agile_core.training.schedule import EpsilonSchedule
+    from agile_offpolicy.run import epsilon_schedule
+
+    defaults = [signature.parameters[name].default for name in ("eps_start", "eps_end", "eps_decay")]
+    assert epsilon_schedule(TrainingSpec()) == EpsilonSchedule(*defaults)

@@ -57,7 +57,7 @@ class Paradigm:
     network_spec: type[Any] = NetworkSpec
     """Spec of the manifest's `network` section."""
     hooks: Mapping[str, str] = field(default_factory=dict)
-    """Lazily imported `module:attr` references: `train_loop`, `build_run`, `buffer_factory`..."""
+    """Lazily imported `module:attr` references: `run_loop`, `make_env`, `buffer_factory`..."""
     training_fields: frozenset[str] = frozenset()
     """`training` fields this paradigm reads beyond the ones every paradigm reads
     (:data:`~agile_core.specs.training.COMMON_TRAINING_FIELDS`); a manifest that sets any other is

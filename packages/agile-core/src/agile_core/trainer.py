@@ -2,8 +2,9 @@
 
 The trainer is paradigm-free: it validates the manifest, builds the environment and the
 population from the registered specs, and hands them to the training loop its paradigm
-registered (hook `train_loop`), with extra loop arguments from the paradigm's `loop_kwargs`
-hook (the replay buffer of off-policy algorithms, for example).
+registered (hook ``run_loop(manifest, env, population, options, device)``), with the options
+every loop shares as a :class:`~agile_core.training.options.RunOptions`; the hook reads its own
+settings (the replay buffer of off-policy algorithms, for example) from the manifest's sections.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import inspect
 import warnings
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from agile_core.distributed.data_parallel import check_accelerator
 from agile_core.distributed.options import BACKENDS, RayOptions
@@ -24,6 +25,9 @@ from agile_core.specs.manifest import TrainingManifest
 from agile_core.specs.mutation import MutationSpec
 from agile_core.specs.selection import MultiFrequencySelectionSpec, TournamentSelectionSpec
 from agile_core.specs.training import ReplayBufferSpec, TrainingSpec
+
+if TYPE_CHECKING:
+    from agile_core.training.options import RunOptions
 
 
 class TrainerConfigError(ValueError):
@@ -245,42 +249,24 @@ class LocalTrainer(Trainer):
         """Train; return (population, fitnesses of the last evaluation). `csv_path` also writes
         every metric to a CSV file. With ``backend="ray"`` members train in Ray actors
         (:mod:`agile_core.distributed`), the rest of the run staying here."""
+        from agile_core.training.options import RunOptions
+
+        def options(selection: Any, mutation: Any) -> RunOptions:
+            return RunOptions.from_manifest(
+                self.manifest, selection=selection, mutation=mutation, accelerator=self.accelerator,
+                resume_from_checkpoint=self.resume_from_checkpoint, verbose=verbose, save_elite=save_elite,
+                elite_path=elite_path, wb=wb, tensorboard=tensorboard, tensorboard_log_dir=tensorboard_log_dir,
+                checkpoint_steps=checkpoint_steps, checkpoint_path=checkpoint_path,
+                overwrite_checkpoints=overwrite_checkpoints, wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs,
+                csv_path=csv_path)
+
         if self.backend == "ray":
             from agile_core.distributed.ray_loop import train_with_ray
 
-            return train_with_ray(
-                self, self.ray_options, verbose=verbose, save_elite=save_elite, elite_path=elite_path, wb=wb,
-                tensorboard=tensorboard, tensorboard_log_dir=tensorboard_log_dir, checkpoint_steps=checkpoint_steps,
-                checkpoint_path=checkpoint_path, overwrite_checkpoints=overwrite_checkpoints,
-                wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs, csv_path=csv_path)
-        manifest = self.manifest
-        training = manifest.training
-        paradigm = paradigm_of(manifest.algorithm.name)
+            return train_with_ray(self, self.ray_options, options)
+        run_loop = paradigm_of(self.manifest.algorithm.name).load_attr("run_loop")
         env, population, selection, mutation = self.setup()
-        loop = paradigm.load_attr("train_loop")
-        extra = paradigm.load_attr("loop_kwargs")(manifest, env, self.device) if "loop_kwargs" in paradigm.hooks else {}
-        accepted = inspect.signature(loop).parameters
-        arguments: dict[str, Any] = {
-            "max_steps": training.max_steps, "evo_steps": manifest.evo_steps, "eval_steps": training.eval_steps,
-            "eval_loop": training.eval_loop, "target": training.target_score, "selection_strategy": selection,
-            "mutation": mutation, "checkpoint": checkpoint_steps or training.checkpoint_steps,
-            "checkpoint_path": checkpoint_path or training.checkpoint_path,
-            "overwrite_checkpoints": overwrite_checkpoints or training.overwrite_checkpoints,
-            "save_elite": save_elite, "elite_path": elite_path, "wb": wb, "tensorboard": tensorboard,
-            "tensorboard_log_dir": tensorboard_log_dir, "verbose": verbose, "wandb_api_key": wandb_api_key,
-            "wandb_kwargs": wandb_kwargs, "resume_from_checkpoint": self.resume_from_checkpoint,
-            "seed": training.seed, "csv_path": csv_path, "init_hp": manifest.algorithm.hyperparameters(),
-            "accelerator": self.accelerator,
-            "mut_p": manifest.resolved_mutation().model_dump(mode="json") if selection or mutation else None,
-            **extra,
-        }
-        unsupported = [k for k, v in arguments.items() if k not in accepted and v not in (None, False)]
-        if unsupported:
-            raise TrainerConfigError(f"the {paradigm.name} loop does not support: {', '.join(sorted(unsupported))}")
-        arguments = {k: v for k, v in arguments.items() if k in accepted}
-        if "batch_population" in accepted:  # a speed switch: loops without batching ignore it
-            arguments["batch_population"] = training.batch_population
-        return loop(env, manifest.environment.name, manifest.algorithm.name, population, **arguments)
+        return run_loop(self.manifest, env, population, options(selection, mutation), self.device)
 
 
 def _warm_start(population: list[Any], path: str, device: str) -> None:

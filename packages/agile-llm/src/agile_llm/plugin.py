@@ -20,7 +20,7 @@ LLM_DATASET = Paradigm(
     env_spec=LLMDatasetEnvSpec,
     network_spec=FinetuningNetworkSpec,
     hooks={
-        "train_loop": "agile_llm.run:train_loop",
+        "run_loop": "agile_llm.run:run_loop",
         "make_env": "agile_llm.run:make_env",
         "make_population": "agile_llm.run:make_population",
         "evaluate_checkpoint": "agile_llm.evaluation:evaluate_checkpoint",
@@ -34,7 +34,7 @@ LLM_ROLLOUT = Paradigm(
     env_spec=LLMRolloutEnvSpec,
     network_spec=FinetuningNetworkSpec,
     hooks={
-        "train_loop": "agile_llm.run:rollout_train_loop",
+        "run_loop": "agile_llm.run:rollout_run_loop",
         "make_env": "agile_llm.run:make_rollout_env",
         "make_population": "agile_llm.run:make_rollout_population",
         "evaluate_checkpoint": "agile_llm.evaluation:evaluate_checkpoint",

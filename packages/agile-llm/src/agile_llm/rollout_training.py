@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +25,14 @@ from agile_core.hpo.protocols import SelectionStrategy
 from agile_core.training import resolve_selection_strategy
 from agile_core.training.arguments import positive_int
 from agile_core.training.generations import GenerationLoop, PhaseResult
+from agile_core.training.options import RunOptions
 from agile_core.training.population import record_losses
 from agile_core.training.profiling import PROFILER
 from agile_llm.rollout import Episode, RolloutHarness
 from agile_llm.rollout_learner import RolloutLearner
 from agile_llm.training import check_resume_base
 
-__all__ = ["CompletionLoggingConfig", "train_llm_rollout"]
+__all__ = ["CompletionLoggingConfig", "RolloutSettings", "run_llm_rollout", "train_llm_rollout"]
 
 
 @dataclass
@@ -46,6 +47,25 @@ class CompletionLoggingConfig:
     """Episodes sampled per member."""
     interval: int = 1
     """Write every this many evaluations."""
+
+
+@dataclass(frozen=True)
+class RolloutSettings:
+    """What the rollout loop takes beyond the options every loop shares."""
+
+    max_turns: int
+    """Policy turns per episode at most (overrides the harness's ``max_turns``)."""
+    max_reward: float | None = None
+    """Return counted as solved (the ``accuracy`` written with the completion samples)."""
+    io_timeout_s: float | None = 600.0
+    """Deadline of every environment call (None: none)."""
+    max_wall_seconds: float | None = None
+    """Stop at the end of the generation in which this much wall time passed."""
+    completion_logging: CompletionLoggingConfig | None = None
+    """Samples of evaluation episodes to write (None: none)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "max_turns", positive_int("max_turns", self.max_turns))
 
 
 class _Source:
@@ -137,33 +157,51 @@ def train_llm_rollout(
     Returns:
         The population after its last evaluation and each member's fitness from it.
     """
+    settings = RolloutSettings(
+        max_turns=max_turns, max_reward=max_reward, io_timeout_s=io_timeout_s, max_wall_seconds=max_wall_seconds,
+        completion_logging=(CompletionLoggingConfig(**completion_logging) if isinstance(completion_logging, Mapping)
+                            else completion_logging))
+    generation = positive_int("evo_steps" if evo_steps is not None else "evaluation_interval",
+                              evo_steps if evo_steps is not None else evaluation_interval)
+    options = RunOptions(
+        max_steps=max_steps, evo_steps=generation, eval_loop=eval_loop, target=target,
+        selection=resolve_selection_strategy(selection_strategy, tournament), mutation=mutation,
+        checkpoint=checkpoint_steps, checkpoint_path=checkpoint_path,
+        overwrite_checkpoints=overwrite_checkpoints, save_elite=bool(save_elite), elite_path=elite_path, wb=wb,
+        tensorboard=tensorboard, tensorboard_log_dir=tensorboard_log_dir, verbose=verbose,
+        wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs,
+        csv_path=(csv_log_dir or "llm_rollout_metrics.csv") if csv else None,
+        resume_from_checkpoint=resume_from_checkpoint, seed=seed, accelerator=accelerator, init_hp=init_hp,
+        mut_p=mut_p, owner="train_llm_rollout")
+    return run_llm_rollout(pop, env_factory, env_name, options, settings)
+
+
+def run_llm_rollout(pop: list[Any], env_factory: Callable[[], RolloutHarness], env_name: str, options: RunOptions,
+                    settings: RolloutSettings) -> tuple[list[Any], list[float]]:
+    """The rollout loop on `options` (see :func:`train_llm_rollout`): a checkpoint folder falls
+    back to the elite's; `eval_steps` does not apply (evaluation runs every held-out prompt)."""
     if not pop:
         raise ValueError("pop must contain at least one agent")
     if not all(isinstance(agent, RolloutLearner) for agent in pop) or len({type(a) for a in pop}) != 1:
         raise TypeError("train_llm_rollout trains a population of agile_llm rollout agents (GRPO, LLMPPO or "
                         "LLMREINFORCE; one algorithm)")
-    max_turns = positive_int("max_turns", max_turns)
-    eval_loop = positive_int("eval_loop", eval_loop)
-    logging = (CompletionLoggingConfig(**completion_logging) if isinstance(completion_logging, Mapping)
-               else completion_logging)
+    options = replace(options, checkpoint_path=options.checkpoint_path or options.elite_path, eval_steps=None)
+    max_turns, logging, eval_loop = settings.max_turns, settings.completion_logging, options.eval_loop
+    max_wall_seconds, max_reward, verbose = settings.max_wall_seconds, settings.max_reward, options.verbose
 
     def factory() -> RolloutHarness:
         harness = env_factory()
         harness.max_turns = max_turns
-        harness.io_timeout_s = io_timeout_s
+        harness.io_timeout_s = settings.io_timeout_s
         return harness
 
-    selection = resolve_selection_strategy(selection_strategy, tournament)
-    max_steps = positive_int("max_steps", max_steps)
-    generation = positive_int("evo_steps" if evo_steps is not None else "evaluation_interval",
-                              evo_steps if evo_steps is not None else evaluation_interval)
-    if resume_from_checkpoint is not None:
-        check_resume_base(resume_from_checkpoint, pop)
+    if options.resume_from_checkpoint is not None:
+        check_resume_base(options.resume_from_checkpoint, pop)
     algo = type(pop[0]).__name__
     source = _Source(env_name)
-    config = {"algo": algo, "env": env_name, "population_size": len(pop), "max_steps": max_steps,
-              "evo_steps": generation, "max_turns": max_turns, "init_hp": init_hp, "mut_p": mut_p,
-              "base_model": pop[0].base.reference}
+    config = {"algo": algo, "env": env_name, "population_size": len(pop), "max_steps": options.max_steps,
+              "evo_steps": options.evo_steps, "max_turns": max_turns, "init_hp": options.init_hp,
+              "mut_p": options.mut_p, "base_model": pop[0].base.reference}
     started = time.monotonic()
     evaluations = [0]
 
@@ -205,16 +243,10 @@ def train_llm_rollout(
             _log_completions(logging, samples, evaluations[0], max_reward, verbose)
         return fitnesses
 
-    loop = GenerationLoop.create(
-        population=pop, env=source, phase=lambda slot, agent, steps, stop: learn([agent], steps, stop)[0],
-        algo=algo, env_name=env_name, config=config, max_steps=max_steps, evo_steps=generation, eval_steps=None,
-        eval_loop=eval_loop, target=target, selection=selection, mutation=mutation, checkpoint=checkpoint_steps,
-        checkpoint_path=checkpoint_path or elite_path, overwrite_checkpoints=overwrite_checkpoints,
-        save_elite=bool(save_elite), elite_path=elite_path, wb=wb, tensorboard=tensorboard,
-        tensorboard_log_dir=tensorboard_log_dir, verbose=verbose, wandb_api_key=wandb_api_key,
-        wandb_kwargs=wandb_kwargs, csv_path=(csv_log_dir or "llm_rollout_metrics.csv") if csv else None, seed=seed, accelerator=accelerator)
+    loop = GenerationLoop.create(pop, source, lambda slot, agent, steps, stop: learn([agent], steps, stop)[0],
+                                 algo, env_name, options, config=config)
     loop.batch_population(learn, evaluate, source, envs_per_agent=1)
-    return loop.train(resume_from_checkpoint)
+    return loop.train(options.resume_from_checkpoint)
 
 
 def _log_completions(config: CompletionLoggingConfig, samples: list[tuple[Any, list[Episode]]], evaluation: int,

@@ -4,17 +4,20 @@ shared base, and the loop call (core's trainer calls these hooks)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agile_core.errors import ManifestError, ManifestIssue
 from agile_core.specs.manifest import TrainingManifest
 from agile_llm.data import DatasetEnv, DatasetError
 from agile_llm.models import BaseModelError, SharedBase
 from agile_llm.specs import FinetuningNetworkSpec, LLMDatasetEnvSpec
-from agile_llm.training import train_llm_dataset
+from agile_llm.training import run_llm_dataset
+
+if TYPE_CHECKING:
+    from agile_core.training.options import RunOptions
 
 __all__ = ["RolloutSource", "make_env", "make_population", "make_rollout_env", "make_rollout_population",
-           "rollout_train_loop", "train_loop"]
+           "rollout_run_loop", "run_loop"]
 
 
 def make_env(spec: LLMDatasetEnvSpec, base_dir: str | Path | None = None, seed: int | None = None,
@@ -61,26 +64,11 @@ def make_population(manifest: TrainingManifest, env: DatasetEnv, hp_config: Any,
     return population
 
 
-def train_loop(env: DatasetEnv, env_name: str, algo: str, pop: list[Any], *, max_steps: int,
-               evo_steps: int | None = None, eval_steps: int | None = None, eval_loop: int = 1,
-               target: float | None = None, selection_strategy: Any = None, mutation: Any = None,
-               checkpoint: int | None = None, checkpoint_path: str | None = None,
-               overwrite_checkpoints: bool = False, save_elite: bool = False, elite_path: str | None = None,
-               wb: bool = False, tensorboard: bool = False, tensorboard_log_dir: str | None = None,
-               verbose: bool = True, wandb_api_key: str | None = None, wandb_kwargs: dict[str, Any] | None = None,
-               resume_from_checkpoint: str | None = None, seed: int | None = None, csv_path: str | None = None,
-               init_hp: dict[str, Any] | None = None, mut_p: dict[str, Any] | None = None,
-               accelerator: Any = None) -> Any:
-    """The trainer's call, mapped onto :func:`train_llm_dataset` (`eval_steps` and `eval_loop`
-    do not apply: evaluation is one pass over the test split)."""
-    return train_llm_dataset(
-        pop, env, init_hp=init_hp, save_elite=save_elite, elite_path=elite_path, wb=wb, tensorboard=tensorboard,
-        tensorboard_log_dir=tensorboard_log_dir, csv=csv_path is not None, csv_log_dir=csv_path,
-        evo_steps=evo_steps, checkpoint_steps=checkpoint, checkpoint_path=checkpoint_path,
-        selection_strategy=selection_strategy, mutation=mutation, wandb_api_key=wandb_api_key,
-        wandb_kwargs=wandb_kwargs, verbose=verbose, max_steps=max_steps,
-        resume_from_checkpoint=resume_from_checkpoint, overwrite_checkpoints=overwrite_checkpoints,
-        target=target, seed=seed, mut_p=mut_p, accelerator=accelerator)
+def run_loop(manifest: TrainingManifest, env: DatasetEnv, population: list[Any], options: RunOptions,
+             device: str) -> tuple[list[Any], list[float]]:
+    """Paradigm hook ``run_loop``: :func:`~agile_llm.training.run_llm_dataset` (`eval_steps` and
+    `eval_loop` do not apply: evaluation is one pass over the test split)."""
+    return run_llm_dataset(population, env, options)
 
 
 # ---------------------------------------------------------------------- rollout paradigm (GRPO, LLMPPO, LLMREINFORCE)
@@ -198,26 +186,14 @@ def make_population_only(manifest: TrainingManifest, hp_config: Any, device: str
                   **kwargs) for i in range(manifest.training.pop_size)]
 
 
-def rollout_train_loop(env: RolloutSource, env_name: str, algo: str, pop: list[Any], *, max_steps: int,
-                       evo_steps: int | None = None, eval_steps: int | None = None, eval_loop: int = 1,
-                       target: float | None = None, selection_strategy: Any = None, mutation: Any = None,
-                       checkpoint: int | None = None, checkpoint_path: str | None = None,
-                       overwrite_checkpoints: bool = False, save_elite: bool = False, elite_path: str | None = None,
-                       wb: bool = False, tensorboard: bool = False, tensorboard_log_dir: str | None = None,
-                       verbose: bool = True, wandb_api_key: str | None = None,
-                       wandb_kwargs: dict[str, Any] | None = None, resume_from_checkpoint: str | None = None,
-                       seed: int | None = None, csv_path: str | None = None, init_hp: dict[str, Any] | None = None,
-                       mut_p: dict[str, Any] | None = None, accelerator: Any = None) -> Any:
-    """The trainer's call, mapped onto :func:`~agile_llm.rollout_training.train_llm_rollout`
-    (`eval_steps` does not apply: evaluation runs every held-out prompt)."""
-    from agile_llm.rollout_training import train_llm_rollout
+def rollout_run_loop(manifest: TrainingManifest, env: RolloutSource, population: list[Any], options: RunOptions,
+                     device: str) -> tuple[list[Any], list[float]]:
+    """Paradigm hook ``run_loop`` of the rollout paradigm:
+    :func:`~agile_llm.rollout_training.run_llm_rollout` with the environment section's turns,
+    solved reward and I/O deadline (`eval_steps` does not apply: evaluation runs every held-out
+    prompt)."""
+    from agile_llm.rollout_training import RolloutSettings, run_llm_rollout
 
-    return train_llm_rollout(
-        pop, env.spec.max_turns, env.factory, init_hp=init_hp, max_steps=max_steps, save_elite=save_elite,
-        elite_path=elite_path, wb=wb, tensorboard=tensorboard, tensorboard_log_dir=tensorboard_log_dir,
-        csv=csv_path is not None, csv_log_dir=csv_path, evo_steps=evo_steps, checkpoint_steps=checkpoint,
-        checkpoint_path=checkpoint_path, selection_strategy=selection_strategy, mutation=mutation,
-        wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs, eval_loop=eval_loop,
-        max_reward=env.spec.max_reward, verbose=verbose, io_timeout_s=env.spec.io_timeout_s,
-        resume_from_checkpoint=resume_from_checkpoint, overwrite_checkpoints=overwrite_checkpoints,
-        target=target, seed=seed, mut_p=mut_p, env_name=env_name, accelerator=accelerator)
+    settings = RolloutSettings(max_turns=env.spec.max_turns, max_reward=env.spec.max_reward,
+                               io_timeout_s=env.spec.io_timeout_s)
+    return run_llm_rollout(population, env.factory, manifest.environment.name, options, settings)

@@ -10,6 +10,7 @@ batch) of every member; a generation is ``evo_steps`` steps when evolution is on
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +21,13 @@ from agile_core.training import resolve_selection_strategy
 from agile_core.training.arguments import positive_int
 from agile_core.training.checkpointing import resolve_run_checkpoint
 from agile_core.training.generations import GenerationLoop, PhaseResult
+from agile_core.training.options import RunOptions
 from agile_core.training.population import record_losses
 from agile_core.training.profiling import PROFILER
 from agile_llm.algorithm import LoRAFinetuner, check_base
 from agile_llm.data import DatasetEnv
 
-__all__ = ["train_llm_dataset"]
+__all__ = ["run_llm_dataset", "train_llm_dataset"]
 
 _KINDS = {"SFT": "sft", "DPO": "dpo"}
 
@@ -139,22 +141,12 @@ def train_llm_dataset(
     Returns:
         The population after its last evaluation and each member's fitness from it.
     """
-    if not pop:
-        raise ValueError("pop must contain at least one agent")
-    kinds = {_kind(agent) for agent in pop}
-    if len(kinds) != 1 or len({type(agent) for agent in pop}) != 1:
-        raise ValueError("every member of pop must be of the same algorithm (SFT or DPO)")
-    kind = kinds.pop()
-    if not all(isinstance(agent, LoRAFinetuner) for agent in pop):
-        raise TypeError("train_llm_dataset trains agile_llm SFT or DPO agents")
+    _members_kind(pop)
     if env is None:
         if env_fn is None:
             raise ValueError("give env (a DatasetEnv) or env_fn")
         env = env_fn()
-    if env.tokenizer is None:
-        env.bind(pop[0].tokenizer, kind, pop[0].max_length)
-    elif env.kind != kind:
-        raise ValueError(f"the dataset was tokenised for {str(env.kind).upper()} but pop holds {kind.upper()} agents")
+    _bind(env, pop)
     selection = resolve_selection_strategy(selection_strategy, tournament)
     if num_epochs is not None:
         max_steps = positive_int("num_epochs", num_epochs) * env.steps_per_epoch(pop[0].batch_size)
@@ -163,24 +155,56 @@ def train_llm_dataset(
     max_steps = positive_int("max_steps", max_steps)
     generation = positive_int("evo_steps" if evo_steps is not None else "evaluation_interval",
                               evo_steps if evo_steps is not None else evaluation_interval)
-    if resume_from_checkpoint is not None:
-        check_resume_base(resume_from_checkpoint, pop)
+    options = RunOptions(
+        max_steps=max_steps, evo_steps=generation, target=target, selection=selection, mutation=mutation,
+        checkpoint=checkpoint_steps, checkpoint_path=checkpoint_path, overwrite_checkpoints=overwrite_checkpoints,
+        save_elite=bool(save_elite), elite_path=elite_path, wb=wb, tensorboard=tensorboard,
+        tensorboard_log_dir=tensorboard_log_dir, verbose=verbose, wandb_api_key=wandb_api_key,
+        wandb_kwargs=wandb_kwargs, csv_path=(csv_log_dir or "llm_metrics.csv") if csv else None,
+        resume_from_checkpoint=resume_from_checkpoint, seed=seed, accelerator=accelerator, init_hp=init_hp,
+        mut_p=mut_p, owner="train_llm_dataset")
+    return run_llm_dataset(pop, env, options)
+
+
+def _members_kind(pop: list[Any]) -> str:
+    """``"sft"`` or ``"dpo"``: the kind of every member of `pop` (one algorithm of agile_llm agents)."""
+    if not pop:
+        raise ValueError("pop must contain at least one agent")
+    kinds = {_kind(agent) for agent in pop}
+    if len(kinds) != 1 or len({type(agent) for agent in pop}) != 1:
+        raise ValueError("every member of pop must be of the same algorithm (SFT or DPO)")
+    if not all(isinstance(agent, LoRAFinetuner) for agent in pop):
+        raise TypeError("train_llm_dataset trains agile_llm SFT or DPO agents")
+    return kinds.pop()
+
+
+def _bind(env: DatasetEnv, pop: list[Any]) -> None:
+    """Tokenise `env` with the population's tokenizer, unless it already is (for their kind)."""
+    kind = _members_kind(pop)
+    if env.tokenizer is None:
+        env.bind(pop[0].tokenizer, kind, pop[0].max_length)
+    elif env.kind != kind:
+        raise ValueError(f"the dataset was tokenised for {str(env.kind).upper()} but pop holds {kind.upper()} agents")
+
+
+def run_llm_dataset(pop: list[Any], env: DatasetEnv, options: RunOptions) -> tuple[list[Any], list[float]]:
+    """The SFT/DPO loop on `options` (see :func:`train_llm_dataset`): a checkpoint folder falls
+    back to the elite's; `eval_steps` and `eval_loop` do not apply (evaluation is one pass over
+    the test split)."""
+    _bind(env, pop)
+    options = replace(options, checkpoint_path=options.checkpoint_path or options.elite_path, eval_steps=None,
+                      eval_loop=1)
+    if options.resume_from_checkpoint is not None:
+        check_resume_base(options.resume_from_checkpoint, pop)
     algo = type(pop[0]).__name__
-    config = {"algo": algo, "dataset": env.name, "population_size": len(pop), "max_steps": max_steps,
-              "evo_steps": generation, "init_hp": init_hp, "mut_p": mut_p, "train_rows": len(env.train),
-              "test_rows": len(env.test), "base_model": pop[0].base.reference}
+    config = {"algo": algo, "dataset": env.name, "population_size": len(pop), "max_steps": options.max_steps,
+              "evo_steps": options.evo_steps, "init_hp": options.init_hp, "mut_p": options.mut_p,
+              "train_rows": len(env.train), "test_rows": len(env.test), "base_model": pop[0].base.reference}
 
     def phase(slot: int, agent: Any, steps: int, should_stop: Callable[[], bool]) -> PhaseResult:
         return learn_phase([agent], env, steps, should_stop)[0]
 
-    loop = GenerationLoop.create(
-        population=pop, env=env, phase=phase, algo=algo, env_name=env.name, config=config, max_steps=max_steps,
-        evo_steps=generation, eval_steps=None, eval_loop=1, target=target, selection=selection,
-        mutation=mutation, checkpoint=checkpoint_steps, checkpoint_path=checkpoint_path or elite_path,
-        overwrite_checkpoints=overwrite_checkpoints, save_elite=bool(save_elite), elite_path=elite_path, wb=wb,
-        tensorboard=tensorboard, tensorboard_log_dir=tensorboard_log_dir, verbose=verbose,
-        wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs,
-        csv_path=(csv_log_dir or "llm_metrics.csv") if csv else None, seed=seed, accelerator=accelerator)
+    loop = GenerationLoop.create(pop, env, phase, algo, env.name, options, config=config)
 
     def learn(agents: list[Any], steps: int, should_stop: Callable[[], bool]) -> list[PhaseResult]:
         return learn_phase(agents, env, steps, should_stop)
@@ -189,4 +213,4 @@ def train_llm_dataset(
         return [float(agent.test(env)) for agent in agents]
 
     loop.batch_population(learn, evaluate, env, envs_per_agent=1)
-    return loop.train(resume_from_checkpoint)
+    return loop.train(options.resume_from_checkpoint)

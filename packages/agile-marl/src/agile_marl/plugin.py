@@ -19,8 +19,7 @@ OFF_POLICY = Paradigm(
     env_spec=MultiAgentEnvSpec,
     hooks={
         **_SHARED_HOOKS,
-        "train_loop": "agile_marl.training.off_policy:train_multi_agent_off_policy",
-        "loop_kwargs": "agile_marl.run:off_policy_loop_kwargs",
+        "run_loop": "agile_marl.run:off_policy_run_loop",
         "buffer_factory": "agile_marl.run:build_buffer",
     },
     training_fields=frozenset({"replay_buffer", "learning_delay", "sum_scores"}),
@@ -34,8 +33,7 @@ ON_POLICY = Paradigm(
     env_spec=MultiAgentEnvSpec,
     hooks={
         **_SHARED_HOOKS,
-        "train_loop": "agile_marl.training.on_policy:train_multi_agent_on_policy",
-        "loop_kwargs": "agile_marl.run:on_policy_loop_kwargs",
+        "run_loop": "agile_marl.run:on_policy_run_loop",
     },
     training_fields=frozenset({"sum_scores"}),
 )

@@ -1,13 +1,16 @@
 """What the trainer needs from the multi-agent paradigms beyond the specs: the vector env, the
-agents' spaces, the replay memory, and the loops' manifest arguments."""
+agents' spaces, the replay memory, and the loop calls of a manifest run."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agile_core.specs.manifest import TrainingManifest
 from agile_core.specs.training import ReplayBufferSpec
+
+if TYPE_CHECKING:
+    from agile_core.training.options import RunOptions
 
 
 def make_env(spec: Any, *, base_dir: str | Path | None = None, seed: int | None = None,
@@ -41,14 +44,23 @@ def build_buffer(spec: ReplayBufferSpec, algo_spec: Any, device: Any, *, observa
     return MultiAgentReplayBuffer(spec.max_size, observation_spaces, action_spaces, device=device)
 
 
-def off_policy_loop_kwargs(manifest: TrainingManifest, env: Any, device: str) -> dict[str, Any]:
-    """The replay memory, warm-up and score summing of `train_multi_agent_off_policy`."""
+def off_policy_run_loop(manifest: TrainingManifest, env: Any, population: list[Any], options: RunOptions,
+                        device: str) -> tuple[list[Any], list[Any]]:
+    """Paradigm hook ``run_loop`` of multi-agent off-policy: the shared replay memory of the
+    manifest's replay-buffer section, its warm-up and score summing."""
+    from agile_marl.training.off_policy import run_multi_agent_off_policy
+
     spaces = {"observation_spaces": dict(env.observation_spaces), "action_spaces": dict(env.action_spaces)}
     memory = manifest.resolved_replay_buffer().init_buffer(manifest.algorithm, device, **spaces)
-    return {"memory": memory, "learning_delay": manifest.training.learning_delay,
-            "sum_scores": manifest.training.sum_scores}
+    return run_multi_agent_off_policy(env, manifest.environment.name, manifest.algorithm.name, population, options,
+                                      memory, learning_delay=manifest.training.learning_delay,
+                                      sum_scores=manifest.training.sum_scores)
 
 
-def on_policy_loop_kwargs(manifest: TrainingManifest, env: Any, device: str) -> dict[str, Any]:
-    """Score summing of `train_multi_agent_on_policy`."""
-    return {"sum_scores": manifest.training.sum_scores}
+def on_policy_run_loop(manifest: TrainingManifest, env: Any, population: list[Any], options: RunOptions,
+                       device: str) -> tuple[list[Any], list[Any]]:
+    """Paradigm hook ``run_loop`` of multi-agent on-policy (score summing from the manifest)."""
+    from agile_marl.training.on_policy import run_multi_agent_on_policy
+
+    return run_multi_agent_on_policy(env, manifest.environment.name, manifest.algorithm.name, population, options,
+                                     sum_scores=manifest.training.sum_scores)

@@ -9,8 +9,7 @@ OFFLINE = Paradigm(
     algorithms=(CQNSpec,),
     env_spec=OfflineEnvSpec,
     hooks={
-        "train_loop": "agile_offline.training:train_offline",
-        "loop_kwargs": "agile_offline.run:loop_kwargs",
+        "run_loop": "agile_offline.run:run_loop",
     },
 )
 
@@ -20,9 +19,8 @@ BANDITS = Paradigm(
     algorithms=(NeuralUCBSpec, NeuralTSSpec),
     env_spec=BanditEnvSpec,
     hooks={
-        "train_loop": "agile_offline.bandits.training:train_bandits",
+        "run_loop": "agile_offline.bandits.run:run_loop",
         "make_env": "agile_offline.bandits.run:make_env",
-        "loop_kwargs": "agile_offline.bandits.run:loop_kwargs",
     },
     training_fields=frozenset({"episode_steps"}),
 )

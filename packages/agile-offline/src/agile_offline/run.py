@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agile_core.buffers import ReplayBuffer
 from agile_core.errors import ManifestError, ManifestIssue
@@ -16,9 +16,12 @@ from agile_offline.datasets import (
     load_minari,
 )
 from agile_offline.specs.env import OfflineEnvSpec
-from agile_offline.training import fill_memory
+from agile_offline.training import fill_memory, run_offline
 
-__all__ = ["load_manifest_dataset", "loop_kwargs"]
+if TYPE_CHECKING:
+    from agile_core.training.options import RunOptions
+
+__all__ = ["load_manifest_dataset", "run_loop"]
 
 
 def load_manifest_dataset(spec: OfflineEnvSpec, base_dir: str | Path | None, env: Any) -> TransitionData:
@@ -39,12 +42,13 @@ def load_manifest_dataset(spec: OfflineEnvSpec, base_dir: str | Path | None, env
     return data
 
 
-def loop_kwargs(manifest: TrainingManifest, env: Any, device: str) -> dict[str, Any]:
-    """Arguments of `train_offline` that come from the manifest: a replay memory holding the
-    whole dataset (sized to it)."""
+def run_loop(manifest: TrainingManifest, env: Any, population: list[Any], options: RunOptions,
+             device: str) -> tuple[list[Any], list[float]]:
+    """Paradigm hook ``run_loop``: :func:`~agile_offline.training.run_offline` on a replay memory
+    holding the whole dataset the environment section names (sized to it)."""
     spec = manifest.environment
     assert isinstance(spec, OfflineEnvSpec)
     data = load_manifest_dataset(spec, manifest.base_dir, env)
     memory = ReplayBuffer(len(data), env.single_observation_space, env.single_action_space, device=device)
     fill_memory(memory, data)
-    return {"memory": memory}
+    return run_offline(env, manifest.environment.name, manifest.algorithm.name, population, options, memory)

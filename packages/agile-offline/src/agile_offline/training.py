@@ -35,15 +35,15 @@ from agile_core.hpo.mutation import Mutations
 from agile_core.hpo.protocols import SelectionStrategy
 from agile_core.networks.stacked import NotStackableError
 from agile_core.training import as_vector_env, check_next_step_autoreset, resolve_selection_strategy
-from agile_core.training.arguments import check_arguments
 from agile_core.training.envs import population_vector_env
 from agile_core.training.evolution import evaluate_population
 from agile_core.training.generations import GenerationLoop, PhaseResult
+from agile_core.training.options import RunOptions
 from agile_core.training.population import Groups, evaluate_groups, log_once, record_losses
 from agile_core.training.profiling import PROFILER
 from agile_offline.datasets import TransitionData, check_spaces, load_dataset, load_minari
 
-__all__ = ["fill_memory", "train_offline"]
+__all__ = ["fill_memory", "run_offline", "train_offline"]
 
 def fill_memory(memory: ReplayBuffer, data: TransitionData) -> None:
     """Store every transition of `data` in `memory` (which must hold them all)."""
@@ -205,36 +205,47 @@ def train_offline(
     Returns:
         The population after its last evaluation and each agent's fitness from that evaluation.
     """
-    selection = resolve_selection_strategy(selection_strategy, tournament)
-    max_steps, evo_steps, eval_loop, eval_steps = check_arguments(
-        pop, max_steps=max_steps, evo_steps=evo_steps, eval_loop=eval_loop, eval_steps=eval_steps,
-        accelerator=accelerator, loop_name="train_offline")
+    options = RunOptions(
+        max_steps=max_steps, evo_steps=evo_steps, eval_steps=eval_steps, eval_loop=eval_loop, target=target,
+        selection=resolve_selection_strategy(selection_strategy, tournament), mutation=mutation,
+        checkpoint=checkpoint, checkpoint_path=checkpoint_path, overwrite_checkpoints=overwrite_checkpoints,
+        save_elite=save_elite, elite_path=elite_path, wb=wb, tensorboard=tensorboard,
+        tensorboard_log_dir=tensorboard_log_dir, verbose=verbose, wandb_api_key=wandb_api_key,
+        wandb_kwargs=wandb_kwargs, csv_path=csv_path, resume_from_checkpoint=resume_from_checkpoint, seed=seed,
+        accelerator=accelerator, init_hp=init_hp, mut_p=mut_p, batch_population=batch_population,
+        owner="train_offline")
     vec_env = as_vector_env(env)
     check_next_step_autoreset(vec_env)
     data, source = _dataset(dataset, minari_dataset_id, remote)
     if data is not None:
         check_spaces(data, vec_env.single_observation_space, vec_env.single_action_space, source)
         fill_memory(memory, data)
+    return run_offline(vec_env, env_name, algo, pop, options, memory, data=data)
+
+
+def run_offline(env: gym.Env | VectorEnv, env_name: str, algo: str, pop: list[Any], options: RunOptions,
+                memory: ReplayBuffer, *, data: TransitionData | None = None) -> tuple[list[Any], list[float]]:
+    """The offline loop on `options`, learning from `memory` (already holding the dataset;
+    `data`, when given, is the dataset it was filled from, summarised in the logged config). See
+    :func:`train_offline` for the other arguments."""
+    if not pop:
+        raise ValueError("pop must contain at least one agent")
+    vec_env = as_vector_env(env)
+    check_next_step_autoreset(vec_env)
     largest_batch = max(int(agent.batch_size) for agent in pop)
     if len(memory) < largest_batch:
         raise ValueError(f"the memory holds {len(memory)} transitions, fewer than a batch ({largest_batch}); "
                          "give train_offline a dataset")
+    batch_population, eval_loop, eval_steps = options.batch_population, options.eval_loop, options.eval_steps
 
     def phase(slot: int, agent: Any, steps: int, should_stop: Callable[[], bool]) -> PhaseResult:
         return _learn_phase([agent], memory, steps, False, should_stop)[0]
 
     config: dict[str, Any] = {
-        "env_name": env_name, "algo": algo, "population_size": len(pop), "max_steps": max_steps,
-        "evo_steps": evo_steps, "eval_steps": eval_steps, "eval_loop": eval_loop, "target": target,
-        "init_hp": init_hp, "mut_p": mut_p, "dataset_transitions": len(memory), **_dataset_summary(data),
+        "env_name": env_name, "algo": algo, "population_size": len(pop), **options.logged(),
+        "dataset_transitions": len(memory), **_dataset_summary(data),
     }
-    loop = GenerationLoop.create(
-        population=pop, env=vec_env, phase=phase, algo=algo, env_name=env_name, config=config,
-        max_steps=max_steps, evo_steps=evo_steps, eval_steps=eval_steps, eval_loop=eval_loop, target=target,
-        selection=selection, mutation=mutation, checkpoint=checkpoint, checkpoint_path=checkpoint_path,
-        overwrite_checkpoints=overwrite_checkpoints, save_elite=save_elite, elite_path=elite_path, wb=wb,
-        tensorboard=tensorboard, tensorboard_log_dir=tensorboard_log_dir, verbose=verbose,
-        wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs, csv_path=csv_path, seed=seed, accelerator=accelerator)
+    loop = GenerationLoop.create(pop, vec_env, phase, algo, env_name, options, config=config)
     eval_env = population_vector_env(vec_env, len(pop)) if batch_population else None
 
     def learn(agents: list[Any], steps: int, should_stop: Callable[[], bool]) -> list[PhaseResult]:
@@ -248,7 +259,7 @@ def train_offline(
 
     # One training step is one gradient step of every agent, whatever the env's width.
     loop.batch_population(learn, evaluate, eval_env if eval_env is not None else vec_env, envs_per_agent=1)
-    return loop.train(resume_from_checkpoint)
+    return loop.train(options.resume_from_checkpoint)
 
 
 def _dataset_summary(data: TransitionData | None) -> Mapping[str, Any]:

@@ -10,8 +10,7 @@ PARADIGM = Paradigm(
     algorithms=ALGORITHM_SPECS,
     env_spec=GymEnvSpec,
     hooks={
-        "train_loop": "agile_offpolicy.training:train_off_policy",
-        "loop_kwargs": "agile_offpolicy.run:loop_kwargs",
+        "run_loop": "agile_offpolicy.run:run_loop",
         "buffer_factory": "agile_offpolicy.run:build_buffer",
     },
     training_fields=frozenset({"replay_buffer", "learning_delay", "eps_start", "eps_end", "eps_decay"}),

@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from agile_core.specs.manifest import TrainingManifest
-from agile_core.specs.training import ReplayBufferSpec
+from agile_core.specs.training import ReplayBufferSpec, TrainingSpec
+from agile_core.training.options import RunOptions
+from agile_core.training.schedule import EpsilonSchedule
 from agile_offpolicy.buffers import MultiStepReplayBuffer, PrioritizedReplayBuffer, ReplayBuffer
 
 
@@ -45,20 +47,29 @@ def build_buffer(spec: ReplayBufferSpec, algo_spec: Any, device: Any, *, observa
     return ReplayBuffer(spec.max_size, observation_space, action_space, device=device)
 
 
-def loop_kwargs(manifest: TrainingManifest, env: Any, device: str) -> dict[str, Any]:
-    """Arguments of `train_off_policy` that come from the manifest: memory (and the n-step memory
-    paired with a prioritized one), warm-up, epsilon."""
-    training = manifest.training
+def build_memories(manifest: TrainingManifest, env: Any, device: str) -> tuple[Any, MultiStepReplayBuffer | None]:
+    """The replay memory of the manifest's replay-buffer section, and the n-step memory paired
+    with a prioritized one (None when the section asks for no pair)."""
     spec = manifest.resolved_replay_buffer()
     spaces = {"observation_space": env.single_observation_space, "action_space": env.single_action_space,
               "num_envs": int(getattr(env, "num_envs", 1))}
-    memory = spec.init_buffer(manifest.algorithm, device, **spaces)
-    kwargs: dict[str, Any] = {"memory": memory, "learning_delay": training.learning_delay}
-    n_step_memory = spec.init_n_step_buffer(manifest.algorithm, device, **spaces)
-    if n_step_memory is not None:
-        kwargs["n_step_memory"] = n_step_memory
-    for name in ("eps_start", "eps_end", "eps_decay"):
-        value = getattr(training, name)
-        if value is not None:
-            kwargs[name] = value
-    return kwargs
+    return (spec.init_buffer(manifest.algorithm, device, **spaces),
+            spec.init_n_step_buffer(manifest.algorithm, device, **spaces))
+
+
+def epsilon_schedule(training: TrainingSpec) -> EpsilonSchedule:
+    """The exploration schedule of the training section (the loop's defaults where it sets none)."""
+    values = {"start": training.eps_start, "end": training.eps_end, "decay": training.eps_decay}
+    return EpsilonSchedule(**{name: value for name, value in values.items() if value is not None})
+
+
+def run_loop(manifest: TrainingManifest, env: Any, population: list[Any], options: RunOptions,
+             device: str) -> tuple[list[Any], list[float]]:
+    """Paradigm hook ``run_loop``: :func:`~agile_offpolicy.training.run_off_policy` with the
+    memories, warm-up and epsilon schedule of the manifest."""
+    from agile_offpolicy.training import run_off_policy
+
+    memory, n_step_memory = build_memories(manifest, env, device)
+    return run_off_policy(env, manifest.environment.name, manifest.algorithm.name, population, options, memory,
+                          n_step_memory=n_step_memory, learning_delay=manifest.training.learning_delay,
+                          schedule=epsilon_schedule(manifest.training))

@@ -37,9 +37,9 @@ from agile_core.training import (
     resolve_selection_strategy,
     swap_image_channels,
 )
-from agile_core.training.arguments import check_accelerator, positive_int
 from agile_core.training.envs import population_vector_env
 from agile_core.training.generations import GenerationLoop, PhaseResult
+from agile_core.training.options import RunOptions
 from agile_core.training.population import evaluate_groups, record_losses
 from agile_core.training.profiling import PROFILER
 from agile_offpolicy.buffers import (
@@ -53,7 +53,7 @@ from agile_offpolicy.population import (
     collect_and_learn_population,
 )
 
-__all__ = ["train_off_policy"]
+__all__ = ["run_off_policy", "train_off_policy"]
 
 
 def _check_memories(pop: list[Any], memory: Any, n_step_memory: Any, num_envs: int) -> None:
@@ -247,25 +247,38 @@ def train_off_policy(
         (``fitnesses[i]`` belongs to ``pop[i]``); no selection or mutation follows the last
         evaluation.
     """
-    selection = resolve_selection_strategy(selection_strategy, tournament)
+    options = RunOptions(
+        max_steps=max_steps, evo_steps=evo_steps, eval_steps=eval_steps, eval_loop=eval_loop, target=target,
+        selection=resolve_selection_strategy(selection_strategy, tournament), mutation=mutation,
+        checkpoint=checkpoint, checkpoint_path=checkpoint_path, overwrite_checkpoints=overwrite_checkpoints,
+        save_elite=save_elite, elite_path=elite_path, wb=wb, tensorboard=tensorboard,
+        tensorboard_log_dir=tensorboard_log_dir, verbose=verbose, wandb_api_key=wandb_api_key,
+        wandb_kwargs=wandb_kwargs, csv_path=csv_path, resume_from_checkpoint=resume_from_checkpoint, seed=seed,
+        accelerator=accelerator, init_hp=init_hp, mut_p=mut_p, batch_population=batch_population,
+        owner="train_off_policy")
+    return run_off_policy(env, env_name, algo, pop, options, memory, n_step_memory=n_step_memory,
+                          learning_delay=learning_delay, schedule=EpsilonSchedule(eps_start, eps_end, eps_decay))
+
+
+def run_off_policy(env: gym.Env | VectorEnv, env_name: str, algo: str, pop: list[Any], options: RunOptions,
+                   memory: ReplayBuffer | PrioritizedReplayBuffer | MultiStepReplayBuffer, *,
+                   n_step_memory: MultiStepReplayBuffer | None = None, learning_delay: int = 0,
+                   schedule: EpsilonSchedule | None = None) -> tuple[list[Any], list[float]]:
+    """The off-policy loop on `options` (see :func:`train_off_policy` for the other arguments;
+    `schedule` defaults to ``EpsilonSchedule()``, the seed's epsilon defaults)."""
     if not pop:
         raise ValueError("pop must contain at least one agent")
-    max_steps = positive_int("max_steps", max_steps)
-    evo_steps = positive_int("evo_steps", evo_steps)
-    eval_loop = positive_int("eval_loop", eval_loop)
-    if eval_steps is not None:
-        eval_steps = positive_int("eval_steps", eval_steps)
     if learning_delay < 0:
         raise ValueError(f"learning_delay must be >= 0, got {learning_delay}")
-    check_accelerator(accelerator, "train_off_policy")
-    schedule = EpsilonSchedule(eps_start, eps_end, eps_decay)
-    swap_channels = bool((init_hp or {}).get("CHANNELS_LAST", False))
+    schedule = schedule or EpsilonSchedule()
+    swap_channels = options.swap_channels
+    eval_loop, eval_steps = options.eval_loop, options.eval_steps
 
     vec_env = as_vector_env(env)
     check_next_step_autoreset(vec_env)
     num_envs = int(vec_env.num_envs)
     _check_memories(pop, memory, n_step_memory, num_envs)
-    memories = ReplayMemories(memory, n_step_memory, max_steps)
+    memories = ReplayMemories(memory, n_step_memory, options.max_steps)
     learn_credit = LearnCredit(len(pop))
 
     def phase(slot: int, agent: Any, vector_steps: int, should_stop: Callable[[], bool]) -> PhaseResult:
@@ -273,18 +286,13 @@ def train_off_policy(
                                   learn_credit, slot, swap_channels, should_stop)
 
     config = {"env_name": env_name, "algo": algo, "population_size": len(pop), "num_envs": num_envs,
-              "max_steps": max_steps, "evo_steps": evo_steps, "eval_steps": eval_steps, "eval_loop": eval_loop,
-              "learning_delay": learning_delay, "eps_start": eps_start, "eps_end": eps_end,
-              "eps_decay": eps_decay, "target": target, "init_hp": init_hp, "mut_p": mut_p}
+              **options.logged(), "learning_delay": learning_delay, "eps_start": schedule.start,
+              "eps_end": schedule.end, "eps_decay": schedule.decay}
     loop = GenerationLoop.create(
-        population=pop, env=vec_env, phase=phase, algo=algo, env_name=env_name, config=config,
-        max_steps=max_steps, evo_steps=evo_steps, eval_steps=eval_steps, eval_loop=eval_loop, target=target,
-        selection=selection, mutation=mutation, checkpoint=checkpoint, checkpoint_path=checkpoint_path,
-        overwrite_checkpoints=overwrite_checkpoints, save_elite=save_elite, elite_path=elite_path, wb=wb,
-        tensorboard=tensorboard, tensorboard_log_dir=tensorboard_log_dir, verbose=verbose,
-        wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs, csv_path=csv_path, seed=seed,
-        swap_channels=swap_channels, buffers=lambda: {**memories.states(), "learn_credit": learn_credit.state_dict()}, accelerator=accelerator)
-    population_env = population_vector_env(vec_env, len(pop)) if batch_population and can_batch(pop, memory) else None
+        pop, vec_env, phase, algo, env_name, options, config=config, swap_channels=swap_channels,
+        buffers=lambda: {**memories.states(), "learn_credit": learn_credit.state_dict()})
+    population_env = population_vector_env(vec_env, len(pop)) \
+        if options.batch_population and can_batch(pop, memory) else None
     if population_env is not None:
         def population_phase(agents: list[Any], vector_steps: int, should_stop: Callable[[], bool]) -> list[PhaseResult]:
             return collect_and_learn_population(agents, population_env, memories, vector_steps, schedule,
@@ -301,5 +309,4 @@ def train_off_policy(
         if "learn_credit" in saved:  # older checkpoints start every slot without credit
             learn_credit.load_state_dict(saved["learn_credit"])
 
-    return loop.train(resume_from_checkpoint, load_buffers=load_buffers)
-
+    return loop.train(options.resume_from_checkpoint, load_buffers=load_buffers)

@@ -10,7 +10,7 @@ PARADIGM = Paradigm(
     algorithms=ALGORITHM_SPECS,
     env_spec=GymEnvSpec,
     hooks={
-        "train_loop": "agile_onpolicy.training:train_on_policy",
+        "run_loop": "agile_onpolicy.run:run_loop",
         # one member's phase built outside the loop: what a Ray worker runs (agile_core.distributed)
         "make_phase": "agile_onpolicy.training:make_phase",
     },

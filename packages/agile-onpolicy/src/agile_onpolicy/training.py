@@ -18,15 +18,15 @@ from gymnasium.vector import VectorEnv
 from agile_core.hpo.mutation import Mutations
 from agile_core.hpo.protocols import SelectionStrategy
 from agile_core.training import as_vector_env, check_next_step_autoreset, resolve_selection_strategy
-from agile_core.training.arguments import check_accelerator
 from agile_core.training.envs import population_vector_env
 from agile_core.training.generations import GenerationLoop, PhaseResult
+from agile_core.training.options import RunOptions
 from agile_core.training.profiling import PROFILER
 from agile_onpolicy.collect import collect_rollouts
 from agile_onpolicy.population import can_batch, collect_and_learn_population, evaluate_batched
 from agile_onpolicy.rollout import RolloutBuffer
 
-__all__ = ["OnPolicyPhase", "make_phase", "train_on_policy"]
+__all__ = ["OnPolicyPhase", "make_phase", "run_on_policy", "train_on_policy"]
 
 
 def _buffer_for(agent: Any, current: RolloutBuffer | None, num_envs: int) -> RolloutBuffer:
@@ -175,29 +175,33 @@ def train_on_policy(
     Returns:
         The population after its last evaluation and each agent's fitness from that evaluation.
     """
-    selection = resolve_selection_strategy(selection_strategy, tournament)
+    options = RunOptions(
+        max_steps=max_steps, evo_steps=evo_steps, eval_steps=eval_steps, eval_loop=eval_loop, target=target,
+        selection=resolve_selection_strategy(selection_strategy, tournament), mutation=mutation,
+        checkpoint=checkpoint, checkpoint_path=checkpoint_path, overwrite_checkpoints=overwrite_checkpoints,
+        save_elite=save_elite, elite_path=elite_path, wb=wb, tensorboard=tensorboard,
+        tensorboard_log_dir=tensorboard_log_dir, verbose=verbose, wandb_api_key=wandb_api_key,
+        wandb_kwargs=wandb_kwargs, csv_path=csv_path, resume_from_checkpoint=resume_from_checkpoint, seed=seed,
+        accelerator=accelerator, init_hp=init_hp, mut_p=mut_p, batch_population=batch_population,
+        owner="train_on_policy")
+    return run_on_policy(env, env_name, algo, pop, options, collect_rollouts_fn=collect_rollouts_fn)
+
+
+def run_on_policy(env: gym.Env | VectorEnv, env_name: str, algo: str, pop: list[Any], options: RunOptions, *,
+                  collect_rollouts_fn: Callable[..., Any] | None = None) -> tuple[list[Any], list[float]]:
+    """The on-policy loop on `options` (see :func:`train_on_policy` for the other arguments)."""
     if not pop:
         raise ValueError("pop must contain at least one agent")
-    check_accelerator(accelerator, "train_on_policy")
-    for name, value in (("max_steps", max_steps), ("evo_steps", evo_steps), ("eval_loop", eval_loop)):
-        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    swap_channels = bool((init_hp or {}).get("CHANNELS_LAST", False))
+    swap_channels = options.swap_channels
+    eval_loop, eval_steps = options.eval_loop, options.eval_steps
     phase = OnPolicyPhase(env, collect_rollouts_fn, swap_channels)
     vec_env, num_envs = phase.env, phase.num_envs
     config = {"env_name": env_name, "algo": algo, "population_size": len(pop), "num_envs": num_envs,
-              "max_steps": max_steps, "evo_steps": evo_steps, "eval_steps": eval_steps, "eval_loop": eval_loop,
-              "target": target, "init_hp": init_hp, "mut_p": mut_p}
-    loop = GenerationLoop.create(
-        population=pop, env=vec_env, phase=phase, algo=algo, env_name=env_name, config=config,
-        max_steps=max_steps, evo_steps=evo_steps, eval_steps=eval_steps, eval_loop=eval_loop, target=target,
-        selection=selection, mutation=mutation, checkpoint=checkpoint, checkpoint_path=checkpoint_path,
-        overwrite_checkpoints=overwrite_checkpoints, save_elite=save_elite, elite_path=elite_path, wb=wb,
-        tensorboard=tensorboard, tensorboard_log_dir=tensorboard_log_dir, verbose=verbose,
-        wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs, csv_path=csv_path, seed=seed,
-        swap_channels=swap_channels, accelerator=accelerator)
+              **options.logged()}
+    loop = GenerationLoop.create(pop, vec_env, phase, algo, env_name, options, config=config,
+                                 swap_channels=swap_channels)
     population_env = population_vector_env(vec_env, len(pop)) \
-        if batch_population and collect_rollouts_fn is None and can_batch(pop) else None
+        if options.batch_population and collect_rollouts_fn is None and can_batch(pop) else None
     if population_env is not None:
         def population_phase(agents: list[Any], vector_steps: int, should_stop: Callable[[], bool]) -> list[PhaseResult]:
             slot_buffers = [phase.buffer(slot, agent) for slot, agent in enumerate(agents)]
@@ -209,5 +213,5 @@ def train_on_policy(
                                     swap_channels=swap_channels)
 
         loop.batch_population(population_phase, population_evaluate, population_env, num_envs)
-    return loop.train(resume_from_checkpoint)
+    return loop.train(options.resume_from_checkpoint)
 

@@ -20,8 +20,10 @@ from agile_core.distributed.pool import Placement, WorkerPool
 from agile_core.distributed.session import import_ray, ray_session
 
 if TYPE_CHECKING:
+    from agile_core.specs.manifest import TrainingManifest
     from agile_core.trainer import LocalTrainer
     from agile_core.training.generations import GenerationLoop, PhaseResult
+    from agile_core.training.options import RunOptions
 
 PHASE_HOOK = "make_phase"
 
@@ -123,9 +125,11 @@ class RemotePopulation:
         return fitnesses
 
 
-def train_with_ray(trainer: LocalTrainer, options: RayOptions, **kwargs: Any) -> tuple[list[Any], list[float]]:
-    """Run `trainer` with its members' phases on Ray; `kwargs` are `LocalTrainer.train`'s.
-    Returns (population, fitnesses of the last evaluation), like the local loops."""
+def train_with_ray(trainer: LocalTrainer, options: RayOptions,
+                   run_options: Callable[[Any, Any], RunOptions]) -> tuple[list[Any], list[float]]:
+    """Run `trainer` with its members' phases on Ray; `run_options(selection, mutation)` gives
+    the run's options (from the manifest and `LocalTrainer.train`'s arguments). Returns
+    (population, fitnesses of the last evaluation), like the local loops."""
     check_supported(trainer, options)
     import_ray()  # fail before the population is built when Ray is missing
     manifest = trainer.manifest
@@ -143,12 +147,12 @@ def train_with_ray(trainer: LocalTrainer, options: RayOptions, **kwargs: Any) ->
 
         with WorkerPool(ray, spawn, count, options.max_retries) as pool:
             remote = RemotePopulation(ray, pool)
-            loop = _generation_loop(trainer, env, population, selection, mutation, remote.train_member,
-                                    workers=count, **kwargs)
+            run = run_options(selection, mutation)
+            loop = _generation_loop(manifest, env, population, remote.train_member, run, workers=count)
             remote.loop = loop
             loop.batch_population(remote.train_population, remote.evaluate_population, loop.env, loop.num_envs)
             trainer.lost_workers = pool.lost
-            return loop.train(trainer.resume_from_checkpoint)
+            return loop.train(run.resume_from_checkpoint)
 
 
 def _actor_class(ray: Any, options: RayOptions) -> Any:
@@ -158,35 +162,15 @@ def _actor_class(ray: Any, options: RayOptions) -> Any:
                                             max_restarts=0)
 
 
-def _generation_loop(trainer: LocalTrainer, env: Any, population: list[Any], selection: Any, mutation: Any,
-                     phase: Any, *, workers: int, verbose: bool = True, save_elite: bool = False,
-                     elite_path: str | None = None, wb: bool = False, tensorboard: bool = False,
-                     tensorboard_log_dir: str | None = None, checkpoint_steps: int | None = None,
-                     checkpoint_path: str | None = None, overwrite_checkpoints: bool = False,
-                     wandb_api_key: str | None = None, wandb_kwargs: dict[str, Any] | None = None,
-                     csv_path: str | None = None) -> GenerationLoop:
-    """The driver's loop, with the arguments a local run gives its paradigm loop."""
+def _generation_loop(manifest: TrainingManifest, env: Any, population: list[Any], phase: Any, options: RunOptions,
+                     *, workers: int) -> GenerationLoop:
+    """The driver's loop, with the options a local run gives its paradigm loop."""
     from agile_core.training.envs import as_vector_env
     from agile_core.training.generations import GenerationLoop
 
-    manifest = trainer.manifest
-    training = manifest.training
-    init_hp = manifest.algorithm.hyperparameters()
     vec_env = as_vector_env(env)
     config = {"env_name": manifest.environment.name, "algo": manifest.algorithm.name,
-              "population_size": len(population), "num_envs": int(vec_env.num_envs),
-              "max_steps": training.max_steps, "evo_steps": manifest.evo_steps, "eval_steps": training.eval_steps,
-              "eval_loop": training.eval_loop, "target": training.target_score, "init_hp": init_hp,
-              "mut_p": manifest.resolved_mutation().model_dump(mode="json") if selection or mutation else None,
+              "population_size": len(population), "num_envs": int(vec_env.num_envs), **options.logged(),
               "backend": "ray", "ray_workers": workers}
-    return GenerationLoop.create(
-        population=population, env=vec_env, phase=phase, algo=manifest.algorithm.name,
-        env_name=manifest.environment.name, config=config, max_steps=training.max_steps,
-        evo_steps=manifest.evo_steps, eval_steps=training.eval_steps, eval_loop=training.eval_loop,
-        target=training.target_score, selection=selection, mutation=mutation,
-        checkpoint=checkpoint_steps or training.checkpoint_steps,
-        checkpoint_path=checkpoint_path or training.checkpoint_path,
-        overwrite_checkpoints=overwrite_checkpoints or training.overwrite_checkpoints, save_elite=save_elite,
-        elite_path=elite_path, wb=wb, tensorboard=tensorboard, tensorboard_log_dir=tensorboard_log_dir,
-        verbose=verbose, wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs, csv_path=csv_path,
-        seed=training.seed, swap_channels=bool(init_hp.get("CHANNELS_LAST", False)))
+    return GenerationLoop.create(population, vec_env, phase, manifest.algorithm.name, manifest.environment.name,
+                                 options, config=config, swap_channels=options.swap_channels)

@@ -29,6 +29,7 @@ from agile_core.training.evolution import (
     target_reached,
 )
 from agile_core.training.interrupt import InterruptGuard, TrainingInterrupted
+from agile_core.training.options import RunOptions
 from agile_core.training.profiling import PROFILER
 from agile_core.training.reporting import TrainingReporter
 
@@ -129,31 +130,27 @@ class GenerationLoop:
     fitnesses: list[float] = field(default_factory=list)
 
     @classmethod
-    def create(cls, *, population: list[Any], env: Any, phase: PhaseFn, algo: str, env_name: str,
-               config: Mapping[str, Any], max_steps: int, evo_steps: int, eval_steps: int | None, eval_loop: int,
-               target: float | None, selection: SelectionStrategy | None, mutation: Mutations | None,
-               checkpoint: int | None, checkpoint_path: str | None, overwrite_checkpoints: bool,
-               save_elite: bool, elite_path: str | None, wb: bool, tensorboard: bool,
-               tensorboard_log_dir: str | None, verbose: bool, wandb_api_key: str | None,
-               wandb_kwargs: dict[str, Any] | None, csv_path: str | None, seed: int | None,
-               swap_channels: bool = False, buffers: Callable[[], Mapping[str, Any]] | None = None,
-               accelerator: Any = None) -> GenerationLoop:
-        """Build the loop, its reporter and checkpointer from a training function's arguments
-        (with an `accelerator`, only its main process reports and writes files)."""
-        data_parallel = DataParallel.of(accelerator)
+    def create(cls, population: list[Any], env: Any, phase: PhaseFn, algo: str, env_name: str, options: RunOptions,
+               *, config: Mapping[str, Any], swap_channels: bool = False,
+               buffers: Callable[[], Mapping[str, Any]] | None = None) -> GenerationLoop:
+        """Build the loop, its reporter and checkpointer from a run's options (with an
+        `accelerator`, only its main process reports and writes files). `config` is what the run
+        logs as its configuration; `buffers` gives the memories a checkpoint saves."""
+        o = options
+        data_parallel = DataParallel.of(o.accelerator)
         main = data_parallel is None or data_parallel.is_main
-        reporter = TrainingReporter(total_steps=max_steps * len(population), desc=f"{algo} {env_name}",
-                                    verbose=verbose and main, wb=wb and main, tensorboard=tensorboard and main,
-                                    tensorboard_log_dir=tensorboard_log_dir, wandb_api_key=wandb_api_key,
-                                    wandb_kwargs=wandb_kwargs, config=dict(config),
-                                    csv_path=csv_path if main else None)
-        checkpointer = RunCheckpointer(checkpoint_path or "checkpoints", checkpoint, overwrite_checkpoints,
-                                       save_buffers=buffers is not None) if checkpoint and main else None
-        return cls(population=list(population), env=env, phase=phase, max_steps=max_steps, evo_steps=evo_steps,
-                   reporter=reporter, eval_steps=eval_steps, eval_loop=eval_loop, target=target,
-                   selection=selection, mutation=mutation, checkpointer=checkpointer,
-                   interrupt_path=checkpoint_path, save_elite=save_elite, elite_path=elite_path,
-                   swap_channels=swap_channels, buffers=buffers, env_seed=seed, data_parallel=data_parallel)
+        reporter = TrainingReporter(total_steps=o.max_steps * len(population), desc=f"{algo} {env_name}",
+                                    verbose=o.verbose and main, wb=o.wb and main, tensorboard=o.tensorboard and main,
+                                    tensorboard_log_dir=o.tensorboard_log_dir, wandb_api_key=o.wandb_api_key,
+                                    wandb_kwargs=o.wandb_kwargs, config=dict(config),
+                                    csv_path=o.csv_path if main else None)
+        checkpointer = RunCheckpointer(o.checkpoint_path or "checkpoints", o.checkpoint, o.overwrite_checkpoints,
+                                       save_buffers=buffers is not None) if o.checkpoint and main else None
+        return cls(population=list(population), env=env, phase=phase, max_steps=o.max_steps, evo_steps=o.evo_steps,
+                   reporter=reporter, eval_steps=o.eval_steps, eval_loop=o.eval_loop, target=o.target,
+                   selection=o.selection, mutation=o.mutation, checkpointer=checkpointer,
+                   interrupt_path=o.checkpoint_path, save_elite=o.save_elite, elite_path=o.elite_path,
+                   swap_channels=swap_channels, buffers=buffers, env_seed=o.seed, data_parallel=data_parallel)
 
     def train(self, resume_from_checkpoint: str | Path | None = None,
               load_buffers: Callable[[Mapping[str, Any]], None] | None = None) -> tuple[list[Any], list[float]]:

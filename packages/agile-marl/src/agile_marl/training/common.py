@@ -1,6 +1,6 @@
-"""What both multi-agent loops share: argument checks, the population env and its groups, episode
-accounting, the generation loop, and the seeds' return value (per-agent fitness dicts when
-`sum_scores` is false)."""
+"""What both multi-agent loops share: the population check, the population env and its groups,
+episode accounting, the generation loop, and the seeds' return value (per-agent fitness dicts
+when `sum_scores` is false)."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ from typing import Any
 import numpy as np
 
 from agile_core.algorithms.group import MemberGroup
-from agile_core.training.arguments import check_arguments
 from agile_core.training.episodes import EpisodeTracker
 from agile_core.training.generations import GenerationLoop, PhaseResult
+from agile_core.training.options import RunOptions
 from agile_core.training.population import record_losses
 from agile_marl.evaluation import evaluate_population
 from agile_marl.population import Groups, current_groups
 
-__all__ = ["PopulationRun", "check_arguments", "fitness_result", "no_agent_phase", "population_env", "record_losses",
+__all__ = ["PopulationRun", "check_population", "fitness_result", "no_agent_phase", "population_env", "record_losses",
            "run_generations", "summed_rewards"]
 
 
@@ -105,13 +105,18 @@ def no_agent_phase(slot: int, agent: Any, vector_steps: int, should_stop: Callab
     raise AssertionError("the multi-agent loops train the population at once")
 
 
+def check_population(pop: Sequence[Any]) -> None:
+    """A ValueError unless the population has a member."""
+    if not pop:
+        raise ValueError("pop must contain at least one agent")
+
+
 def run_generations(loop: GenerationLoop, run: PopulationRun,
-                    phase: Callable[[list[Any], int, Callable[[], bool]], list[PhaseResult]], *,
-                    eval_loop: int, eval_steps: int | None, sum_scores: bool,
-                    resume_from_checkpoint: str | None,
+                    phase: Callable[[list[Any], int, Callable[[], bool]], list[PhaseResult]], options: RunOptions, *,
+                    sum_scores: bool,
                     load_buffers: Callable[[Mapping[str, Any]], None] | None = None) -> tuple[list[Any], list[Any]]:
     """Run `loop` with the population phase and evaluation in `run`'s env; the seeds' return value."""
-    loop.batch_population(phase, run.evaluator(loop=eval_loop, max_steps=eval_steps, sum_scores=sum_scores),
-                          run.env, run.num_envs)
-    population, fitnesses = loop.train(resume_from_checkpoint, load_buffers=load_buffers)
+    evaluate = run.evaluator(loop=options.eval_loop, max_steps=options.eval_steps, sum_scores=sum_scores)
+    loop.batch_population(phase, evaluate, run.env, run.num_envs)
+    population, fitnesses = loop.train(options.resume_from_checkpoint, load_buffers=load_buffers)
     return population, fitness_result(population, fitnesses, sum_scores)

@@ -22,18 +22,19 @@ from agile_core.hpo.mutation import Mutations
 from agile_core.hpo.protocols import SelectionStrategy
 from agile_core.training import LearnCredit, resolve_selection_strategy
 from agile_core.training.generations import GenerationLoop, PhaseResult
+from agile_core.training.options import RunOptions
 from agile_core.training.profiling import PROFILER
 from agile_marl.population import act_groups
 from agile_marl.training.common import (
     PopulationRun,
-    check_arguments,
+    check_population,
     no_agent_phase,
     population_env,
     record_losses,
     run_generations,
 )
 
-__all__ = ["train_multi_agent_off_policy"]
+__all__ = ["run_multi_agent_off_policy", "train_multi_agent_off_policy"]
 
 
 def _reset_noise(population: list[Any], num_envs: int, ended: np.ndarray | None = None) -> None:
@@ -176,32 +177,39 @@ def train_multi_agent_off_policy(
         The population after its last evaluation and each member's fitness from it (dicts of
         per-agent fitness when `sum_scores` is false).
     """
-    selection = resolve_selection_strategy(selection_strategy, tournament)
-    max_steps, evo_steps, eval_loop, eval_steps = check_arguments(
-        pop, max_steps=max_steps, evo_steps=evo_steps, eval_loop=eval_loop, eval_steps=eval_steps,
-        accelerator=accelerator, loop_name="train_multi_agent_off_policy")
+    options = RunOptions(
+        max_steps=max_steps, evo_steps=evo_steps, eval_steps=eval_steps, eval_loop=eval_loop, target=target,
+        selection=resolve_selection_strategy(selection_strategy, tournament), mutation=mutation,
+        checkpoint=checkpoint, checkpoint_path=checkpoint_path, overwrite_checkpoints=overwrite_checkpoints,
+        save_elite=save_elite, elite_path=elite_path, wb=wb, tensorboard=tensorboard,
+        tensorboard_log_dir=tensorboard_log_dir, verbose=verbose, wandb_api_key=wandb_api_key,
+        wandb_kwargs=wandb_kwargs, csv_path=csv_path, resume_from_checkpoint=resume_from_checkpoint, seed=seed,
+        accelerator=accelerator, init_hp=init_hp, mut_p=mut_p, batch_population=batch_population,
+        owner="train_multi_agent_off_policy")
+    return run_multi_agent_off_policy(env, env_name, algo, pop, options, memory, learning_delay=learning_delay,
+                                      sum_scores=sum_scores)
+
+
+def run_multi_agent_off_policy(env: Any, env_name: str, algo: str, pop: list[Any], options: RunOptions, memory: Any,
+                               *, learning_delay: int = 0, sum_scores: bool = True,
+                               ) -> tuple[list[Any], list[float] | list[dict[str, float]]]:
+    """The multi-agent off-policy loop on `options` (see :func:`train_multi_agent_off_policy`
+    for the other arguments)."""
+    check_population(pop)
     if isinstance(learning_delay, bool) or not isinstance(learning_delay, int) or learning_delay < 0:
         raise ValueError(f"learning_delay must be an integer >= 0, got {learning_delay!r}")
     widened = population_env(env, len(pop))
-    run = PopulationRun(widened, widened.num_envs // len(pop), batched=batch_population)
+    run = PopulationRun(widened, widened.num_envs // len(pop), batched=options.batch_population)
     learn_credit = LearnCredit(len(pop))
 
     def phase(population: list[Any], vector_steps: int, should_stop: Callable[[], bool]) -> list[PhaseResult]:
         return _phase(population, run, memory, vector_steps, learning_delay, learn_credit, should_stop)
 
     config = {"env_name": env_name, "algo": algo, "population_size": len(pop), "num_envs": run.num_envs,
-              "max_steps": max_steps, "evo_steps": evo_steps, "eval_steps": eval_steps, "eval_loop": eval_loop,
-              "learning_delay": learning_delay, "sum_scores": sum_scores, "target": target, "init_hp": init_hp,
-              "mut_p": mut_p}
+              **options.logged(), "learning_delay": learning_delay, "sum_scores": sum_scores}
     loop = GenerationLoop.create(
-        population=pop, env=widened, phase=no_agent_phase, algo=algo, env_name=env_name, config=config,
-        max_steps=max_steps, evo_steps=evo_steps, eval_steps=eval_steps, eval_loop=eval_loop, target=target,
-        selection=selection, mutation=mutation, checkpoint=checkpoint, checkpoint_path=checkpoint_path,
-        overwrite_checkpoints=overwrite_checkpoints, save_elite=save_elite, elite_path=elite_path, wb=wb,
-        tensorboard=tensorboard, tensorboard_log_dir=tensorboard_log_dir, verbose=verbose,
-        wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs, csv_path=csv_path, seed=seed,
-        buffers=lambda: {"replay": memory.state_dict(),
-                         "learn_credit": learn_credit.state_dict()}, accelerator=accelerator)
+        pop, widened, no_agent_phase, algo, env_name, options, config=config,
+        buffers=lambda: {"replay": memory.state_dict(), "learn_credit": learn_credit.state_dict()})
 
     def load_buffers(saved: Any) -> None:
         # The memory and each slot's steps not yet paid for by a learning step (a run resumed
@@ -211,5 +219,4 @@ def train_multi_agent_off_policy(
         if "learn_credit" in saved:
             learn_credit.load_state_dict(saved["learn_credit"])
 
-    return run_generations(loop, run, phase, eval_loop=eval_loop, eval_steps=eval_steps, sum_scores=sum_scores,
-                           resume_from_checkpoint=resume_from_checkpoint, load_buffers=load_buffers)
+    return run_generations(loop, run, phase, options, sum_scores=sum_scores, load_buffers=load_buffers)

@@ -19,6 +19,7 @@ from agile_core.hpo.mutation import Mutations
 from agile_core.hpo.protocols import SelectionStrategy
 from agile_core.training import resolve_selection_strategy
 from agile_core.training.generations import GenerationLoop, PhaseResult
+from agile_core.training.options import RunOptions
 from agile_core.training.profiling import PROFILER
 from agile_marl.buffers.rollout import (
     MultiAgentRolloutBuffer,
@@ -28,14 +29,14 @@ from agile_marl.buffers.rollout import (
 from agile_marl.population import act_groups, member_view
 from agile_marl.training.common import (
     PopulationRun,
-    check_arguments,
+    check_population,
     no_agent_phase,
     population_env,
     record_losses,
     run_generations,
 )
 
-__all__ = ["train_multi_agent_on_policy"]
+__all__ = ["run_multi_agent_on_policy", "train_multi_agent_on_policy"]
 
 
 def _rows(value: Any, rows: slice) -> Any:
@@ -222,26 +223,31 @@ def train_multi_agent_on_policy(
         The population after its last evaluation and each member's fitness from it (dicts of
         per-agent fitness when `sum_scores` is false).
     """
-    selection = resolve_selection_strategy(selection_strategy, tournament)
-    max_steps, evo_steps, eval_loop, eval_steps = check_arguments(
-        pop, max_steps=max_steps, evo_steps=evo_steps, eval_loop=eval_loop, eval_steps=eval_steps,
-        accelerator=accelerator, loop_name="train_multi_agent_on_policy")
+    options = RunOptions(
+        max_steps=max_steps, evo_steps=evo_steps, eval_steps=eval_steps, eval_loop=eval_loop, target=target,
+        selection=resolve_selection_strategy(selection_strategy, tournament), mutation=mutation,
+        checkpoint=checkpoint, checkpoint_path=checkpoint_path, overwrite_checkpoints=overwrite_checkpoints,
+        save_elite=save_elite, elite_path=elite_path, wb=wb, tensorboard=tensorboard,
+        tensorboard_log_dir=tensorboard_log_dir, verbose=verbose, wandb_api_key=wandb_api_key,
+        wandb_kwargs=wandb_kwargs, csv_path=csv_path, resume_from_checkpoint=resume_from_checkpoint, seed=seed,
+        accelerator=accelerator, init_hp=init_hp, mut_p=mut_p, batch_population=batch_population,
+        owner="train_multi_agent_on_policy")
+    return run_multi_agent_on_policy(env, env_name, algo, pop, options, sum_scores=sum_scores)
+
+
+def run_multi_agent_on_policy(env: Any, env_name: str, algo: str, pop: list[Any], options: RunOptions, *,
+                              sum_scores: bool = True) -> tuple[list[Any], list[float] | list[dict[str, float]]]:
+    """The multi-agent on-policy loop on `options` (see :func:`train_multi_agent_on_policy` for
+    the other arguments)."""
+    check_population(pop)
     widened = population_env(env, len(pop))
-    run = PopulationRun(widened, widened.num_envs // len(pop), batched=batch_population)
+    run = PopulationRun(widened, widened.num_envs // len(pop), batched=options.batch_population)
     rollouts = _Rollouts()
 
     def phase(population: list[Any], vector_steps: int, should_stop: Callable[[], bool]) -> list[PhaseResult]:
         return _phase(population, run, rollouts, vector_steps, should_stop)
 
     config = {"env_name": env_name, "algo": algo, "population_size": len(pop), "num_envs": run.num_envs,
-              "max_steps": max_steps, "evo_steps": evo_steps, "eval_steps": eval_steps, "eval_loop": eval_loop,
-              "sum_scores": sum_scores, "target": target, "init_hp": init_hp, "mut_p": mut_p}
-    loop = GenerationLoop.create(
-        population=pop, env=widened, phase=no_agent_phase, algo=algo, env_name=env_name, config=config,
-        max_steps=max_steps, evo_steps=evo_steps, eval_steps=eval_steps, eval_loop=eval_loop, target=target,
-        selection=selection, mutation=mutation, checkpoint=checkpoint, checkpoint_path=checkpoint_path,
-        overwrite_checkpoints=overwrite_checkpoints, save_elite=save_elite, elite_path=elite_path, wb=wb,
-        tensorboard=tensorboard, tensorboard_log_dir=tensorboard_log_dir, verbose=verbose,
-        wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs, csv_path=csv_path, seed=seed, accelerator=accelerator)
-    return run_generations(loop, run, phase, eval_loop=eval_loop, eval_steps=eval_steps, sum_scores=sum_scores,
-                           resume_from_checkpoint=resume_from_checkpoint)
+              **options.logged(), "sum_scores": sum_scores}
+    loop = GenerationLoop.create(pop, widened, no_agent_phase, algo, env_name, options, config=config)
+    return run_generations(loop, run, phase, options, sum_scores=sum_scores)

@@ -1,17 +1,19 @@
-"""Trainer hooks of the bandits paradigm: build the env of a ``BanditEnvSpec`` and the loop's
-extra arguments."""
+"""Trainer hooks of the bandits paradigm: build the env of a ``BanditEnvSpec`` and run the loop."""
 
 from __future__ import annotations
 
 import importlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agile_core.specs.manifest import TrainingManifest
 from agile_offline.bandits.env import BanditDataError, BanditEnv
 from agile_offline.specs.bandits import BanditEnvSpec
 
-__all__ = ["loop_kwargs", "make_env"]
+if TYPE_CHECKING:
+    from agile_core.training.options import RunOptions
+
+__all__ = ["make_env", "run_loop"]
 
 
 def make_env(env_spec: BanditEnvSpec, base_dir: str | Path | None = None, seed: int | None = None,
@@ -41,6 +43,11 @@ def make_env(env_spec: BanditEnvSpec, base_dir: str | Path | None = None, seed: 
     return BanditEnv.from_csv(root / env_spec.features, root / env_spec.targets, seed=seed, name=env_spec.name)
 
 
-def loop_kwargs(manifest: TrainingManifest, env: Any, device: str) -> dict[str, Any]:
-    """``episode_steps`` from the manifest's training section."""
-    return {"episode_steps": int(getattr(manifest.training, "episode_steps", 500))}
+def run_loop(manifest: TrainingManifest, env: Any, population: list[Any], options: RunOptions,
+             device: str) -> tuple[list[Any], list[float]]:
+    """Paradigm hook ``run_loop``: :func:`~agile_offline.bandits.training.run_bandits` with the
+    training section's ``episode_steps`` (every agent's memory sized by the run's steps)."""
+    from agile_offline.bandits.training import run_bandits
+
+    return run_bandits(env, manifest.environment.name, manifest.algorithm.name, population, options,
+                       episode_steps=manifest.training.episode_steps)

@@ -20,6 +20,7 @@ loss); ``train/episodic_return`` is the summed reward of ``episode_steps``-step 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -28,20 +29,15 @@ import torch
 from agile_core.algorithms.group import MemberGroup, make_member_groups
 from agile_core.hpo.mutation import Mutations
 from agile_core.hpo.protocols import SelectionStrategy
-from agile_core.training.arguments import check_accelerator
+from agile_core.training.arguments import positive_int
 from agile_core.training.evolution import EvolutionResult, resolve_selection_strategy
 from agile_core.training.generations import GenerationLoop, PhaseResult
+from agile_core.training.options import RunOptions
 from agile_core.training.profiling import PROFILER
 from agile_offline.bandits.base import DEFAULT_EVAL_STEPS, BanditBatch
 from agile_offline.bandits.memory import BanditMemory
 
-__all__ = ["train_bandits"]
-
-
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    return int(value)
+__all__ = ["run_bandits", "train_bandits"]
 
 
 class _Run:
@@ -283,17 +279,29 @@ def train_bandits(
     Returns:
         The population after its last evaluation and each agent's last fitness.
     """
-    selection = resolve_selection_strategy(selection_strategy, tournament)
+    options = RunOptions(
+        max_steps=max_steps, evo_steps=evo_steps, eval_steps=eval_steps, eval_loop=eval_loop, target=target,
+        selection=resolve_selection_strategy(selection_strategy, tournament), mutation=mutation,
+        checkpoint=checkpoint, checkpoint_path=checkpoint_path, overwrite_checkpoints=overwrite_checkpoints,
+        save_elite=save_elite, elite_path=elite_path, wb=wb, tensorboard=tensorboard,
+        tensorboard_log_dir=tensorboard_log_dir, verbose=verbose, wandb_api_key=wandb_api_key,
+        wandb_kwargs=wandb_kwargs, csv_path=csv_path, resume_from_checkpoint=resume_from_checkpoint, seed=seed,
+        accelerator=accelerator, init_hp=init_hp, mut_p=mut_p, batch_population=batch_population,
+        owner="train_bandits")
+    return run_bandits(env, env_name, algo, pop, options, memory, episode_steps=episode_steps)
+
+
+def run_bandits(env: Any, env_name: str, algo: str, pop: list[Any], options: RunOptions,
+                memory: BanditMemory | None = None, *, episode_steps: int = 500) -> tuple[list[Any], list[float]]:
+    """The bandit loop on `options` (see :func:`train_bandits` for the other arguments; an
+    evaluation is ``eval_steps`` rows, default 200, times ``eval_loop``)."""
     if not pop:
         raise ValueError("pop must contain at least one agent")
-    check_accelerator(accelerator, "train_bandits")
-    max_steps = _positive_int("max_steps", max_steps)
-    evo_steps = _positive_int("evo_steps", evo_steps)
-    episode_steps = _positive_int("episode_steps", episode_steps)
-    eval_loop = _positive_int("eval_loop", eval_loop)
-    eval_rows = _positive_int("eval_steps", eval_steps) if eval_steps is not None else DEFAULT_EVAL_STEPS
+    episode_steps = positive_int("episode_steps", episode_steps)
+    eval_rows = options.eval_steps if options.eval_steps is not None else DEFAULT_EVAL_STEPS
+    options = replace(options, eval_steps=eval_rows)
     dim = int(env.single_observation_space.shape[0])
-    template = memory if memory is not None else BanditMemory(max_steps, dim)
+    template = memory if memory is not None else BanditMemory(options.max_steps, dim)
     if template.dim != dim:
         raise ValueError(f"memory holds contexts of {template.dim} values, the env's are {dim}")
     run = _Run(template, episode_steps)
@@ -301,24 +309,17 @@ def train_bandits(
     def phase(slot: int, agent: Any, vector_steps: int, should_stop: Callable[[], bool]) -> PhaseResult:
         return _phase(agent, env, run, vector_steps, should_stop)
 
-    config = {"env_name": env_name, "algo": algo, "population_size": len(pop), "max_steps": max_steps,
-              "evo_steps": evo_steps, "episode_steps": episode_steps, "eval_steps": eval_rows,
-              "eval_loop": eval_loop, "target": target, "init_hp": init_hp, "mut_p": mut_p}
-    loop = GenerationLoop.create(
-        population=pop, env=env, phase=phase, algo=algo, env_name=env_name, config=config, max_steps=max_steps,
-        evo_steps=evo_steps, eval_steps=eval_rows, eval_loop=eval_loop, target=target, selection=selection,
-        mutation=mutation, checkpoint=checkpoint, checkpoint_path=checkpoint_path,
-        overwrite_checkpoints=overwrite_checkpoints, save_elite=save_elite, elite_path=elite_path, wb=wb,
-        tensorboard=tensorboard, tensorboard_log_dir=tensorboard_log_dir, verbose=verbose,
-        wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs, csv_path=csv_path, seed=seed,
-        buffers=lambda: run.states(loop.population), accelerator=accelerator)
+    config = {"env_name": env_name, "algo": algo, "population_size": len(pop), **options.logged(),
+              "episode_steps": episode_steps}
+    loop = GenerationLoop.create(pop, env, phase, algo, env_name, options, config=config,
+                                 buffers=lambda: run.states(loop.population))
     loop.on_evolved = run.evolved
-    if batch_population:
+    if options.batch_population:
         def population_phase(agents: list[Any], vector_steps: int, should_stop: Callable[[], bool]) -> list[PhaseResult]:
             return _population_phase(agents, env, run, vector_steps, should_stop)
 
         def population_evaluate(agents: list[Any]) -> list[float]:
-            return _evaluate_population(agents, env, eval_rows * eval_loop)
+            return _evaluate_population(agents, env, eval_rows * options.eval_loop)
 
         loop.batch_population(population_phase, population_evaluate, env, 1)
-    return loop.train(resume_from_checkpoint, load_buffers=lambda saved: run.load(loop.population, saved))
+    return loop.train(options.resume_from_checkpoint, load_buffers=lambda saved: run.load(loop.population, saved))
