@@ -204,9 +204,12 @@ RECURRENT_HP = [  # sequence lengths, counts and rollouts differ, so the group p
 def recurrent_members(share_encoders: bool, widths: bool = False) -> list[PPO]:
     agents = [PPO(OBS, ACTIONS["discrete"], index=i, seed=i, net_config=LSTM_NET, recurrent=True, learn_step=128,
                   share_encoders=share_encoders, **hp) for i, hp in enumerate(RECURRENT_HP)]
-    if widths:  # LSTMs of 16, 24 and 12 units stack padded per gate
+    if widths:  # LSTMs of 16, 24 and 12 units stack padded per gate; a second layer stacks on a phantom
+        agents[0].apply_architecture_mutation("encoder.add_layer", np.random.default_rng(0))
         agents[1].apply_architecture_mutation("encoder.add_node", np.random.default_rng(1), numb_new_nodes=8)
         agents[2].apply_architecture_mutation("encoder.remove_node", np.random.default_rng(2), numb_nodes=4)
+        with torch.no_grad():  # open the new layer's gate, so it computes something
+            agents[0]._lstms()["actor"].stack[1].gate.fill_(0.5)
     return agents
 
 
@@ -218,6 +221,7 @@ def test_recurrent_group_learning_equals_single_agents(share_encoders: bool, wid
     singles, batched = recurrent_members(share_encoders, widths), recurrent_members(share_encoders, widths)
     if widths:
         assert [agent._lstms()["actor"].hidden_state_size for agent in singles] == [16, 24, 12]
+        assert [agent._lstms()["actor"].num_layers for agent in singles] == [2, 1, 1]
     torch.manual_seed(0)
     buffers = [collected(agent, num_envs=NUM_ENVS, num_steps=steps, seed=slot, p_end=0.2, horizon=8)[0]
                for slot, (agent, steps) in enumerate(zip(singles, (24, 20, 12), strict=True))]
@@ -243,15 +247,18 @@ def test_recurrent_group_acting_carries_each_members_state() -> None:
     group = MemberGroup(agents)
     rng = np.random.default_rng(0)
     sizes = [agent._lstms()["actor"].hidden_state_size for agent in agents]
-    hidden = {name: tuple(torch.stack([nn.functional.pad(torch.randn(1, NUM_ENVS, size), (0, 24 - size))
-                                       for size in sizes]) for _ in range(2)) for name in ("actor", "critic")}
+    layers = [agent._lstms()["actor"].num_layers for agent in agents]
+    hidden = {name: tuple(torch.stack([nn.functional.pad(torch.randn(depth, NUM_ENVS, size), (0, 24 - size, 0, 0, 0, 2 - depth))
+                                       for depth, size in zip(layers, sizes, strict=True)]) for _ in range(2))
+              for name in ("actor", "critic")}
     obs = rng.uniform(-1, 1, (3, NUM_ENVS, 5)).astype(np.float32)
     step = PPO.act_population(group, agents[0].population_inputs(obs), None, None, training=False,
                               hidden_state=hidden)
     values = PPO.value_population(group, agents[0].population_inputs(obs), hidden)
     assert step.value is not None and step.hidden is not None
     for slot, agent in enumerate(agents):
-        own = {name: (h[slot, ..., :sizes[slot]], c[slot, ..., :sizes[slot]]) for name, (h, c) in hidden.items()}
+        own = {name: (h[slot, :layers[slot], :, :sizes[slot]], c[slot, :layers[slot], :, :sizes[slot]])
+               for name, (h, c) in hidden.items()}
         action, log_prob, _, value, new = agent.get_action(obs[slot], hidden_state=own, deterministic=True)
         np.testing.assert_array_equal(agent.env_actions(step.action[slot]), action)
         np.testing.assert_allclose(step.log_prob[slot].numpy(), log_prob, atol=1e-5)
@@ -259,7 +266,7 @@ def test_recurrent_group_acting_carries_each_members_state() -> None:
         np.testing.assert_allclose(values[slot].numpy(), agent.get_value(obs[slot], own), atol=1e-5)
         for name in new:
             for mine, theirs in zip(step.hidden[name], new[name], strict=True):
-                torch.testing.assert_close(mine[slot, ..., :sizes[slot]], theirs, atol=1e-5, rtol=0)
+                torch.testing.assert_close(mine[slot, :layers[slot], :, :sizes[slot]], theirs, atol=1e-5, rtol=0)
                 assert not mine[slot, ..., sizes[slot]:].any()  # padded units stay exactly zero
 
 
@@ -351,7 +358,7 @@ def test_what_cannot_be_stacked_gets_a_group_of_its_own() -> None:
     wider = {**LSTM_NET, "encoder_config": {**LSTM_NET["encoder_config"], "hidden_state_size": 24}}
     assert MemberGroup([lstm[0], PPO(OBS, discrete, net_config=wider, recurrent=True, seed=2)]).stacked  # padded
     deeper_lstm = {**LSTM_NET, "encoder_config": {**LSTM_NET["encoder_config"], "num_layers": 2}}
-    with pytest.raises(NotStackableError):
+    with pytest.raises(NotStackableError):  # a plain second layer (a residual one stacks on a phantom)
         MemberGroup([lstm[0], PPO(OBS, discrete, net_config=deeper_lstm, recurrent=True, seed=2)])
     groups = make_groups([same, other, members(discrete)[2], *boxes])
     assert [slots for slots, _ in groups] == [[0, 2], [1], [3, 4]]

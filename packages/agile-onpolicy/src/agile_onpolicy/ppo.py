@@ -58,7 +58,8 @@ episode begins, and stored in the buffer at every step; ``learn`` replays each B
 from its stored initial state, zeroing it again before every step flagged as an episode start.
 The population-shaped steps take and give the state with a leading member axis,
 ``[P, num_layers, rows, H]``; members with LSTMs of different sizes stack padded to the widest
-(a member's padded units stay zero), :meth:`PPO.member_hidden` cuts the state back to each member.
+and deepest (a member's padded units stay zero, its missing top layers are identities), and
+:meth:`PPO.member_hidden` cuts the state back to each member.
 """
 
 from __future__ import annotations
@@ -224,15 +225,15 @@ def sequence_minibatch(members: Sequence[PPO], batches: Sequence[RecurrentBatch 
         return torch.stack([model.new_full(shape, fill) if part is None else _padded(part, shape, fill)
                             for part in parts])
 
-    def hidden_leaf(widest: int, *parts: torch.Tensor | None) -> torch.Tensor:
+    def hidden_leaf(lstms: list[EvolvableLSTM], *parts: torch.Tensor | None) -> torch.Tensor:
         present = next(part for part in parts if part is not None)
-        shape = (present.shape[0], width, widest)  # [layers, B, the group's widest H]
+        shape = (max(lstm.num_layers for lstm in lstms), width, max(lstm.hidden_state_size for lstm in lstms))
         return torch.stack([_padded(part, shape) if part is not None else present.new_zeros(shape) for part in parts])
 
     hidden = [None if batch is None else member.fit_hidden(cast(HiddenStates, batch.initial_hidden))
               for member, batch in zip(members, batches, strict=True)]
     template = next(state for state in hidden if state is not None)
-    initial = {name: tuple(hidden_leaf(max(member._lstms()[name].hidden_state_size for member in members),
+    initial = {name: tuple(hidden_leaf([member._lstms()[name] for member in members],  # the group's deepest, widest
                                        *[None if state is None else state[name][k] for state in hidden])
                            for k in range(2)) for name in template}
     rows = length * width

@@ -62,7 +62,7 @@ class NotStackableError(TypeError):
 
 
 SIZE_KEYS = frozenset({"num_inputs", "num_outputs", "latent_dim", "input_shape", "hidden_size", "hidden_state_size",
-                       "norm_eps", "residual"})
+                       "num_layers", "norm_eps", "residual"})
 """Config entries :func:`structure_key` ignores: sizes, per-layer eps (node growth rescales it)
 and the layer list itself, of which only the number of plain (non-residual) layers counts."""
 
@@ -269,6 +269,9 @@ def _stacked_child(children: Sequence[nn.Module], path: str, member_paths: Seque
     if all(type(child) is nn.ModuleList for child in children) and all(
             type(block) is DenseBlock for child in children for block in cast(nn.ModuleList, child)):
         return _stacked_dense_layers([cast(nn.ModuleList, child) for child in children], path, member_paths, paths)
+    if all(type(child) is nn.ModuleList for child in children) and all(
+            type(layer) is LstmLayer for child in children for layer in cast(nn.ModuleList, child)):
+        return _stacked_lstm_layers([cast(nn.ModuleList, child) for child in children], path, member_paths, paths)
     return _stacked_container(children, path, member_paths, paths)
 
 
@@ -307,6 +310,36 @@ def _stacked_dense_layers(lists: Sequence[nn.ModuleList], path: str, member_path
             paths[f"{path}.{len(layers)}"] = owners
             layers.append(StackedDenseBlock(aligned))
     return layers
+
+
+def _stacked_lstm_layers(lists: Sequence[nn.ModuleList], path: str, member_paths: Sequence[str],
+                         paths: MemberPaths) -> nn.ModuleList:
+    """LSTM layers aligned bottom up: a member with fewer layers gets *phantoms* on top (residual
+    layers with a closed gate and zero weights, an exact identity that no member owns)."""
+    layers = nn.ModuleList()
+    for position in range(max(len(member_layers) for member_layers in lists)):
+        aligned: list[LstmLayer] = []
+        owners: list[str | None] = []
+        for member_layers, member_path in zip(lists, member_paths, strict=True):
+            if position < len(member_layers):
+                aligned.append(cast(LstmLayer, member_layers[position]))
+                owners.append(f"{member_path}.{position}")
+            else:
+                aligned.append(_phantom_lstm(cast(LstmLayer, member_layers[len(member_layers) - 1])))
+                owners.append(None)
+        paths[f"{path}.{position}"] = owners
+        layers.append(StackedLstmLayer(aligned))
+    return layers
+
+
+def _phantom_lstm(top: LstmLayer) -> LstmLayer:
+    """An identity residual LSTM layer (closed gate, zero weights) reading `top`'s outputs."""
+    like = cast(torch.Tensor, top.lstm.weight_ih_l0)
+    with torch.no_grad():
+        phantom = LstmLayer(top.hidden_size, top.hidden_size, residual=True, device=like.device, dtype=like.dtype)
+        for param in phantom.parameters():
+            param.zero_()
+    return phantom
 
 
 def _phantom_after(block: DenseBlock) -> DenseBlock:

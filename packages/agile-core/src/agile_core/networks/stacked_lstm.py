@@ -66,7 +66,19 @@ class StackedLstmWeights(nn.Module):
         self.register_buffer("gate_rows", gate_major_rows(self.sizes, self.weight_ih_l0.device), persistent=False)
 
     def gate_major(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(weight_ih [P, 4H, in], weight_hh [P, 4H, H], bias [P, 4H])`` with ``H`` rows per gate."""
+        """``(weight_ih [P, 4H, in], weight_hh [P, 4H, H], bias [P, 4H])`` with ``H`` rows per gate.
+        Without gradients (acting) they are kept until an optimizer step changes the weights
+        (the parameters' version counter), so collection pays for the gather once per update."""
+        if torch.is_grad_enabled():
+            return self._gate_major()
+        versions = tuple((getattr(self, name)._version, getattr(self, name).data_ptr()) for name in LSTM_WEIGHTS)
+        cached = self.__dict__.get("_acting_weights")
+        if cached is None or cached[0] != versions:
+            cached = (versions, self._gate_major())
+            self.__dict__["_acting_weights"] = cached
+        return cached[1]
+
+    def _gate_major(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         bias = self.bias_ih_l0 + self.bias_hh_l0
         weights = (self.weight_ih_l0, self.weight_hh_l0, bias)
         rows: torch.Tensor | None = self.gate_rows
@@ -118,7 +130,10 @@ class StackedLstmLayer(nn.Module):
         projected = projected.view(members, steps, batch, -1).transpose(0, 1)  # [T, P, B, 4H]
         keep = None if starts is None else (~starts).to(x.dtype).permute(2, 0, 1).unsqueeze(-1)  # [T, P, B, 1]
         h0, c0 = state[0][:, 0], state[1][:, 0]
-        hs, h, c = LstmRecurrence.apply(projected, weight_hh, h0, c0, keep)
+        if torch.is_grad_enabled():
+            hs, h, c = LstmRecurrence.apply(projected, weight_hh, h0, c0, keep)
+        else:  # acting: no node to record
+            hs, *_, h, c = _recur(projected, weight_hh, h0, c0, keep)
         out = hs.permute(1, 2, 0, 3)  # [P, B, T, H]
         if self.residual:
             out = x + self.gate.view(members, 1, 1, 1) * out
@@ -130,18 +145,11 @@ def _recur(projected: torch.Tensor, recurrent: torch.Tensor, h: torch.Tensor, c:
     """The LSTM recurrence over time-major gate inputs `projected` ``[T, P, B, 4H]`` with weights
     `recurrent` ``[P, 4H, H]`` from ``(h, c)`` ``[P, B, H]``: the outputs ``[T, P, B, H]``, the
     gate activations ``[T, P, B, 4H]`` (``sigmoid`` of ``i, f, o``, ``tanh`` of ``g``), the cell
-    states and their ``tanh`` per step, and the final ``(h, c)``.
-
-    ``tanh(g)`` is taken as ``2 sigmoid(2 g) - 1`` (one sigmoid over all four gates: on a CPU
-    ``tanh`` of a strided slice costs more than the whole sigmoid), so the ``g`` rows of the
-    inputs and weights enter doubled."""
+    states and their ``tanh`` per step, and the final ``(h, c)``."""
     steps, _, _, width = projected.shape
     size = width // 4
     g_rows = slice(2 * size, 3 * size)
-    doubled = torch.ones(width, dtype=projected.dtype, device=projected.device)
-    doubled[g_rows] = 2.0
-    projected = projected * doubled
-    transposed = (recurrent * doubled[:, None]).transpose(1, 2)
+    transposed = recurrent.transpose(1, 2)
     hs = projected.new_empty(*projected.shape[:3], size)
     cs, tanh_c = torch.empty_like(hs), torch.empty_like(hs)
     acts = torch.empty_like(projected)
@@ -150,9 +158,10 @@ def _recur(projected: torch.Tensor, recurrent: torch.Tensor, h: torch.Tensor, c:
         if keep is not None and restarts[t]:
             h, c = h * keep[t], c * keep[t]
         act = acts[t]
-        torch.sigmoid(torch.baddbmm(projected[t], h, transposed), out=act)
+        gates = torch.baddbmm(projected[t], h, transposed)
+        torch.sigmoid(gates, out=act)
+        torch.tanh(gates[..., g_rows], out=act[..., g_rows])
         i, f, g, o = act.chunk(4, dim=-1)
-        g.mul_(2.0).sub_(1.0)
         c = torch.addcmul(f * c, i, g, out=cs[t])
         torch.tanh(c, out=tanh_c[t])
         h = torch.mul(o, tanh_c[t], out=hs[t])
