@@ -22,7 +22,6 @@ import numpy as np
 
 from agile_core.hpo.mutation import Mutations
 from agile_core.hpo.protocols import SelectionStrategy
-from agile_core.training import resolve_selection_strategy
 from agile_core.training.arguments import positive_int
 from agile_core.training.generations import GenerationLoop, PhaseResult
 from agile_core.training.options import RunOptions
@@ -163,16 +162,9 @@ def train_llm_rollout(
                             else completion_logging))
     generation = positive_int("evo_steps" if evo_steps is not None else "evaluation_interval",
                               evo_steps if evo_steps is not None else evaluation_interval)
-    options = RunOptions(
-        max_steps=max_steps, evo_steps=generation, eval_loop=eval_loop, target=target,
-        selection=resolve_selection_strategy(selection_strategy, tournament), mutation=mutation,
-        checkpoint=checkpoint_steps, checkpoint_path=checkpoint_path,
-        overwrite_checkpoints=overwrite_checkpoints, save_elite=bool(save_elite), elite_path=elite_path, wb=wb,
-        tensorboard=tensorboard, tensorboard_log_dir=tensorboard_log_dir, verbose=verbose,
-        wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs,
-        csv_path=(csv_log_dir or "llm_rollout_metrics.csv") if csv else None,
-        resume_from_checkpoint=resume_from_checkpoint, seed=seed, accelerator=accelerator, init_hp=init_hp,
-        mut_p=mut_p, owner="train_llm_rollout")
+    options = RunOptions.of_call(locals(), "train_llm_rollout", evo_steps=generation, checkpoint=checkpoint_steps,
+                                 save_elite=bool(save_elite),
+                                 csv_path=(csv_log_dir or "llm_rollout_metrics.csv") if csv else None)
     return run_llm_rollout(pop, env_factory, env_name, options, settings)
 
 

@@ -17,7 +17,6 @@ from typing import Any
 from agile_core.checkpoint import inspect_checkpoint
 from agile_core.hpo.mutation import Mutations
 from agile_core.hpo.protocols import SelectionStrategy
-from agile_core.training import resolve_selection_strategy
 from agile_core.training.arguments import positive_int
 from agile_core.training.checkpointing import resolve_run_checkpoint
 from agile_core.training.generations import GenerationLoop, PhaseResult
@@ -147,7 +146,6 @@ def train_llm_dataset(
             raise ValueError("give env (a DatasetEnv) or env_fn")
         env = env_fn()
     _bind(env, pop)
-    selection = resolve_selection_strategy(selection_strategy, tournament)
     if num_epochs is not None:
         max_steps = positive_int("num_epochs", num_epochs) * env.steps_per_epoch(pop[0].batch_size)
     elif max_steps is None:
@@ -155,14 +153,9 @@ def train_llm_dataset(
     max_steps = positive_int("max_steps", max_steps)
     generation = positive_int("evo_steps" if evo_steps is not None else "evaluation_interval",
                               evo_steps if evo_steps is not None else evaluation_interval)
-    options = RunOptions(
-        max_steps=max_steps, evo_steps=generation, target=target, selection=selection, mutation=mutation,
-        checkpoint=checkpoint_steps, checkpoint_path=checkpoint_path, overwrite_checkpoints=overwrite_checkpoints,
-        save_elite=bool(save_elite), elite_path=elite_path, wb=wb, tensorboard=tensorboard,
-        tensorboard_log_dir=tensorboard_log_dir, verbose=verbose, wandb_api_key=wandb_api_key,
-        wandb_kwargs=wandb_kwargs, csv_path=(csv_log_dir or "llm_metrics.csv") if csv else None,
-        resume_from_checkpoint=resume_from_checkpoint, seed=seed, accelerator=accelerator, init_hp=init_hp,
-        mut_p=mut_p, owner="train_llm_dataset")
+    options = RunOptions.of_call(locals(), "train_llm_dataset", evo_steps=generation, checkpoint=checkpoint_steps,
+                                 save_elite=bool(save_elite),
+                                 csv_path=(csv_log_dir or "llm_metrics.csv") if csv else None)
     return run_llm_dataset(pop, env, options)
 
 

@@ -34,7 +34,6 @@ from agile_core.training import (
     LearnCredit,
     as_vector_env,
     check_next_step_autoreset,
-    resolve_selection_strategy,
     swap_image_channels,
 )
 from agile_core.training.envs import population_vector_env
@@ -247,15 +246,7 @@ def train_off_policy(
         (``fitnesses[i]`` belongs to ``pop[i]``); no selection or mutation follows the last
         evaluation.
     """
-    options = RunOptions(
-        max_steps=max_steps, evo_steps=evo_steps, eval_steps=eval_steps, eval_loop=eval_loop, target=target,
-        selection=resolve_selection_strategy(selection_strategy, tournament), mutation=mutation,
-        checkpoint=checkpoint, checkpoint_path=checkpoint_path, overwrite_checkpoints=overwrite_checkpoints,
-        save_elite=save_elite, elite_path=elite_path, wb=wb, tensorboard=tensorboard,
-        tensorboard_log_dir=tensorboard_log_dir, verbose=verbose, wandb_api_key=wandb_api_key,
-        wandb_kwargs=wandb_kwargs, csv_path=csv_path, resume_from_checkpoint=resume_from_checkpoint, seed=seed,
-        accelerator=accelerator, init_hp=init_hp, mut_p=mut_p, batch_population=batch_population,
-        owner="train_off_policy")
+    options = RunOptions.of_call(locals(), "train_off_policy")
     return run_off_policy(env, env_name, algo, pop, options, memory, n_step_memory=n_step_memory,
                           learning_delay=learning_delay, schedule=EpsilonSchedule(eps_start, eps_end, eps_decay))
 

@@ -17,7 +17,7 @@ from gymnasium.vector import VectorEnv
 
 from agile_core.hpo.mutation import Mutations
 from agile_core.hpo.protocols import SelectionStrategy
-from agile_core.training import as_vector_env, check_next_step_autoreset, resolve_selection_strategy
+from agile_core.training import as_vector_env, check_next_step_autoreset
 from agile_core.training.envs import population_vector_env
 from agile_core.training.generations import GenerationLoop, PhaseResult
 from agile_core.training.options import RunOptions
@@ -175,15 +175,7 @@ def train_on_policy(
     Returns:
         The population after its last evaluation and each agent's fitness from that evaluation.
     """
-    options = RunOptions(
-        max_steps=max_steps, evo_steps=evo_steps, eval_steps=eval_steps, eval_loop=eval_loop, target=target,
-        selection=resolve_selection_strategy(selection_strategy, tournament), mutation=mutation,
-        checkpoint=checkpoint, checkpoint_path=checkpoint_path, overwrite_checkpoints=overwrite_checkpoints,
-        save_elite=save_elite, elite_path=elite_path, wb=wb, tensorboard=tensorboard,
-        tensorboard_log_dir=tensorboard_log_dir, verbose=verbose, wandb_api_key=wandb_api_key,
-        wandb_kwargs=wandb_kwargs, csv_path=csv_path, resume_from_checkpoint=resume_from_checkpoint, seed=seed,
-        accelerator=accelerator, init_hp=init_hp, mut_p=mut_p, batch_population=batch_population,
-        owner="train_on_policy")
+    options = RunOptions.of_call(locals(), "train_on_policy")
     return run_on_policy(env, env_name, algo, pop, options, collect_rollouts_fn=collect_rollouts_fn)
 
 

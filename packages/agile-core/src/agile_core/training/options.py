@@ -8,7 +8,8 @@ checks of the step counts live here, once.
 
 from __future__ import annotations
 
-from dataclasses import InitVar, dataclass
+from collections.abc import Mapping
+from dataclasses import InitVar, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -87,6 +88,19 @@ class RunOptions:
         if self.eval_steps is not None:
             object.__setattr__(self, "eval_steps", positive_int("eval_steps", self.eval_steps))
         check_accelerator(self.accelerator, owner)
+
+    @classmethod
+    def of_call(cls, arguments: Mapping[str, Any], owner: str, **overrides: Any) -> RunOptions:
+        """The options among a public loop function's arguments (pass its ``locals()`` first thing):
+        every field it has by name, the selection resolved from ``selection_strategy`` and the
+        deprecated ``tournament``; `overrides` set fields the function names or computes otherwise."""
+        from agile_core.training.evolution import resolve_selection_strategy
+
+        values = {field.name: arguments[field.name] for field in fields(cls) if field.name in arguments}
+        if "selection_strategy" in arguments or "tournament" in arguments:
+            values["selection"] = resolve_selection_strategy(arguments.get("selection_strategy"),
+                                                             arguments.get("tournament"))
+        return cls(**{**values, **overrides}, owner=owner)
 
     @classmethod
     def from_manifest(cls, manifest: TrainingManifest, *, selection: SelectionStrategy | None,

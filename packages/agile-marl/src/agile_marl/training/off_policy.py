@@ -20,7 +20,7 @@ import numpy as np
 
 from agile_core.hpo.mutation import Mutations
 from agile_core.hpo.protocols import SelectionStrategy
-from agile_core.training import LearnCredit, resolve_selection_strategy
+from agile_core.training import LearnCredit
 from agile_core.training.generations import GenerationLoop, PhaseResult
 from agile_core.training.options import RunOptions
 from agile_core.training.profiling import PROFILER
@@ -177,15 +177,7 @@ def train_multi_agent_off_policy(
         The population after its last evaluation and each member's fitness from it (dicts of
         per-agent fitness when `sum_scores` is false).
     """
-    options = RunOptions(
-        max_steps=max_steps, evo_steps=evo_steps, eval_steps=eval_steps, eval_loop=eval_loop, target=target,
-        selection=resolve_selection_strategy(selection_strategy, tournament), mutation=mutation,
-        checkpoint=checkpoint, checkpoint_path=checkpoint_path, overwrite_checkpoints=overwrite_checkpoints,
-        save_elite=save_elite, elite_path=elite_path, wb=wb, tensorboard=tensorboard,
-        tensorboard_log_dir=tensorboard_log_dir, verbose=verbose, wandb_api_key=wandb_api_key,
-        wandb_kwargs=wandb_kwargs, csv_path=csv_path, resume_from_checkpoint=resume_from_checkpoint, seed=seed,
-        accelerator=accelerator, init_hp=init_hp, mut_p=mut_p, batch_population=batch_population,
-        owner="train_multi_agent_off_policy")
+    options = RunOptions.of_call(locals(), "train_multi_agent_off_policy")
     return run_multi_agent_off_policy(env, env_name, algo, pop, options, memory, learning_delay=learning_delay,
                                       sum_scores=sum_scores)
 

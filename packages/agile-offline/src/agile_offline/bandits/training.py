@@ -30,7 +30,7 @@ from agile_core.algorithms.group import MemberGroup, make_member_groups
 from agile_core.hpo.mutation import Mutations
 from agile_core.hpo.protocols import SelectionStrategy
 from agile_core.training.arguments import positive_int
-from agile_core.training.evolution import EvolutionResult, resolve_selection_strategy
+from agile_core.training.evolution import EvolutionResult
 from agile_core.training.generations import GenerationLoop, PhaseResult
 from agile_core.training.options import RunOptions
 from agile_core.training.profiling import PROFILER
@@ -279,15 +279,7 @@ def train_bandits(
     Returns:
         The population after its last evaluation and each agent's last fitness.
     """
-    options = RunOptions(
-        max_steps=max_steps, evo_steps=evo_steps, eval_steps=eval_steps, eval_loop=eval_loop, target=target,
-        selection=resolve_selection_strategy(selection_strategy, tournament), mutation=mutation,
-        checkpoint=checkpoint, checkpoint_path=checkpoint_path, overwrite_checkpoints=overwrite_checkpoints,
-        save_elite=save_elite, elite_path=elite_path, wb=wb, tensorboard=tensorboard,
-        tensorboard_log_dir=tensorboard_log_dir, verbose=verbose, wandb_api_key=wandb_api_key,
-        wandb_kwargs=wandb_kwargs, csv_path=csv_path, resume_from_checkpoint=resume_from_checkpoint, seed=seed,
-        accelerator=accelerator, init_hp=init_hp, mut_p=mut_p, batch_population=batch_population,
-        owner="train_bandits")
+    options = RunOptions.of_call(locals(), "train_bandits")
     return run_bandits(env, env_name, algo, pop, options, memory, episode_steps=episode_steps)
 
 
