@@ -101,6 +101,26 @@ def assert_same_stats(mine: dict[str, float] | None, theirs: dict[str, float]) -
         assert mine[key] == pytest.approx(value, rel=1e-4, abs=1e-6, nan_ok=True), key
 
 
+def learn_both_ways(singles: list[PPO], group: MemberGroup, buffers: list[RolloutBuffer],
+                    rounds: list[tuple[bool, ...]]) -> list[dict[str, float] | None]:
+    """Each round: the active singles learn alone and the group learns at once; their statistics
+    agree. Returns the singles' statistics of the first round."""
+    first: list[dict[str, float] | None] | None = None
+    for active in rounds:
+        expected = [agent.learn(buffer) if on else None for agent, buffer, on in zip(singles, buffers, active,
+                                                                                     strict=True)]
+        first = first or expected
+        stats = PPO.learn_population(group, [b if on else None for b, on in zip(buffers, active, strict=True)],
+                                     list(active))
+        for mine, theirs in zip(stats, expected, strict=True):
+            if theirs is None:
+                assert mine is None
+            else:
+                assert_same_stats(mine, theirs)
+    assert first is not None
+    return first
+
+
 def widened(agents: list[PPO]) -> list[PPO]:
     """The members made to differ in widths (stacked with padding) and inserted layers (phantoms)."""
     agents[0].apply_architecture_mutation("encoder.add_node", np.random.default_rng(1), hidden_layer=0,
@@ -170,19 +190,9 @@ def test_group_learning_equals_single_agents(action_kind: str, share_encoders: b
                for seed, agent in enumerate(singles)]
     group = MemberGroup(batched, fused=fused)
     assert group.stacked
-    first = None
     # idle members inside, at the start and at the end
-    for active in [(True, True, True), (False, True, False), (True, False, True), (True, True, True)]:
-        expected = [agent.learn(buffer) if on else None for agent, buffer, on in zip(singles, buffers, active,
-                                                                                     strict=True)]
-        first = first or expected
-        stats = PPO.learn_population(group, [b if on else None for b, on in zip(buffers, active, strict=True)],
-                                     list(active))
-        for mine, theirs in zip(stats, expected, strict=True):
-            if theirs is None:
-                assert mine is None
-            else:
-                assert_same_stats(mine, theirs)
+    first = learn_both_ways(singles, group, buffers, [(True, True, True), (False, True, False), (True, False, True),
+                                                      (True, True, True)])
     stopped = first[2]
     assert stopped is not None and stopped["early_stop"] == 1.0 and 0 < stopped["minibatches"] < 4 * 2
     assert first[0] is not None and first[0]["early_stop"] == 0.0 and first[0]["minibatches"] == 2 * 4
@@ -228,16 +238,7 @@ def test_recurrent_group_learning_equals_single_agents(share_encoders: bool, wid
     assert not singles[0].solo_group().stacked  # alone, an LSTM runs through nn.LSTM
     group = MemberGroup(batched)
     assert group.stacked
-    for active in [(True, True, True), (False, True, False), (True, False, True)]:
-        expected = [agent.learn(buffer) if on else None for agent, buffer, on in zip(singles, buffers, active,
-                                                                                     strict=True)]
-        stats = PPO.learn_population(group, [b if on else None for b, on in zip(buffers, active, strict=True)],
-                                     list(active))
-        for mine, theirs in zip(stats, expected, strict=True):
-            if theirs is None:
-                assert mine is None
-            else:
-                assert_same_stats(mine, theirs)
+    learn_both_ways(singles, group, buffers, [(True, True, True), (False, True, False), (True, False, True)])
     for mine, theirs in zip(batched, singles, strict=True):
         assert_same_agent(mine, theirs)
 
