@@ -119,11 +119,11 @@ class _States:
         (`episode_start` ``[agents * num_envs]``) zeroed: what the policy is fed."""
         fed: list[HiddenStates | None] = []
         for (slots, _), state in zip(self.groups, self.current, strict=True):
-            if state is None or not episode_start[agent_rows(slots, self.num_envs)].any():
+            starts = None if state is None else episode_start[agent_rows(slots, self.num_envs)]
+            if state is None or starts is None or not starts.any():
                 fed.append(state)
                 continue
-            keep = torch.as_tensor(~episode_start[agent_rows(slots, self.num_envs)])
-            keep = keep.reshape(len(slots), 1, self.num_envs, 1)
+            keep = torch.as_tensor(~starts).reshape(len(slots), 1, self.num_envs, 1)
             fed.append(map_tree(lambda leaf, keep=keep: leaf * keep.to(leaf.device, leaf.dtype), state))
         return fed
 
