@@ -162,6 +162,50 @@ def test_members_of_different_widths_stack_padded(activation: str) -> None:
             assert is_bound(member_layout(stacked, key)(stacked.get_parameter(key)), net.get_parameter(key), index)
 
 
+@pytest.mark.parametrize(("activation", "layer_norm"), [("ReLU", True), ("Tanh", False)])
+def test_residual_shortcuts_of_every_shape_match_autograd(activation: str, layer_norm: bool) -> None:
+    """Shortcuts that copy units (square, wider input, phantom layers) take the elementwise path,
+    one that does not (a permuted copy) the matmul; all give autograd's outputs and gradients."""
+    nets = []
+    for seed in range(5):
+        torch.manual_seed(seed)
+        net = EvolvableMLP(5, 3, hidden_size=[16, 12], activation=activation, layer_norm=layer_norm)
+        if seed != 3:  # member 3 has no inserted layer: a phantom in the stack
+            net.add_layer(0, rng=np.random.default_rng(seed))
+        if seed == 1:  # the inserted layer now reads more units than it writes
+            net.add_node(0, 8, rng=np.random.default_rng(seed))
+        if seed == 0:  # narrower than the others: its copy ends before the stack's last units
+            net.remove_node(0, 4, rng=np.random.default_rng(seed))
+        if seed == 2:  # the inserted layer writes more units than it reads (and than member 1 writes)
+            net.add_node(1, 8, rng=np.random.default_rng(seed))
+        with torch.no_grad():  # no unit, gate or layer left at its function-preserving start
+            for param in net.parameters():
+                param.normal_(0.0, 0.5)
+        nets.append(net)
+    with torch.no_grad():  # member 4's shortcut now sends unit j to unit 15 - j
+        nets[4].layers[1].shortcut.copy_(nets[4].layers[1].shortcut.flip(0))
+    copying, shifted = nets[:4], nets
+    for group, expect_mask in ((copying, True), (shifted, False)):
+        reference, fused = stack_modules(group), stack_modules(group)
+        FlatParameters(fused)
+        chain = FusedMLPChain([fused])
+        residual = [layer for layer in chain.layers if layer.shortcut is not None]
+        assert residual and all((layer.shortcut_mask is not None) == expect_mask for layer in residual)
+        x = torch.randn(len(group), 9, 5)
+        out = reference(x)
+        grad_out = torch.randn_like(out)
+        (out * grad_out).sum().backward()
+        tape: list = []
+        assert torch.allclose(chain.forward(x, tape), out, atol=1e-6)
+        chain.backward(tape, grad_out)
+        for (name, a), b in zip(reference.named_parameters(), fused.parameters(), strict=True):
+            assert torch.allclose(a.grad, b.grad, atol=1e-5), name
+        x.requires_grad_(True)
+        (chain(x) * grad_out).sum().backward()
+        expected = torch.autograd.grad((reference(x) * grad_out).sum(), x)[0]
+        assert torch.allclose(x.grad, expected, atol=1e-5)
+
+
 def test_a_member_range_computes_those_members_and_fills_their_gradient_rows() -> None:
     nets = members("ReLU", True, count=4)
     fused = stack_modules(nets)

@@ -428,7 +428,8 @@ class DDPG(SingleAgentAlgorithm):
             critics = group.nets["critics"]
             critics.requires_grad_(False)  # the actor's gradient flows through the critics, not into them
             try:
-                q_values = cls._critic_values(group, "critics", obs, cls._policy_actions(group, "actor", obs))[0]
+                first_critic = group.copy_of("critics", 0)  # the actor's objective: Q_1 alone
+                q_values = first_critic(obs, cls._policy_actions(group, "actor", obs)).reshape(members, rows)
                 actor_losses = -(q_values * batch.weights).sum(dim=1)
                 group.step("actor_optimizer", actor_losses, due)
             finally:

@@ -288,6 +288,25 @@ class MemberGroup:
     def __len__(self) -> int:
         return self.size
 
+    def copy_of(self, stack: str, index: int) -> nn.Module:
+        """Network `index` of every member in a stack of ``K`` per member (``stacks[stack][index]``;
+        member ``p``'s copy ``k`` is row ``k * P + p``), taking inputs ``[P, ...]``: a view of those
+        rows that follows the stacked parameters and trains as the stack does now (cached; the
+        stack itself when ``K`` is 1)."""
+        whole = self.nets[stack]
+        if len(self.stacks[stack]) == 1:
+            return whole
+        key = (stack, index, next(whole.parameters()).requires_grad)
+        cache: dict[tuple[str, int, bool], nn.Module] = self.__dict__.setdefault("_copies", {})
+        part = cache.get(key)
+        if part is None:
+            if isinstance(whole, _UnitStack):
+                part = _UnitStack([whole.networks[index]])
+            else:
+                part = member_range(whole, index * self.size, (index + 1) * self.size)
+            cache[key] = part
+        return part
+
     # ------------------------------------------------------------------ validity
     def is_current(self) -> bool:
         """Whether every member still holds the networks, parameters and optimizers this group

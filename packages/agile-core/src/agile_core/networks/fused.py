@@ -106,6 +106,7 @@ class _Layer:
     activation: _Activation
     shortcut: torch.Tensor | None  # residual blocks: [P, in, out]; None otherwise
     gate: torch.Tensor | None  # [P, 1, 1]
+    shortcut_mask: torch.Tensor | None = None  # a shortcut that only copies units: [P, 1, out] (see _copying_mask)
 
     def select(self, members: slice) -> _Layer:
         """This layer for a contiguous range of members: views of its tensors. A trained tensor's
@@ -134,11 +135,37 @@ class _Layer:
             norm_weight=None if norm is None else norm.weight, norm_bias=None if norm is None else norm.bias,
             unit_mask=None if norm is None else norm.unit_mask, unit_counts=None if norm is None else norm.unit_counts,
             unit_eps=None if norm is None else norm.unit_eps, activation=_activation(activation),
-            shortcut=None if residual is None else residual.shortcut, gate=None if residual is None else residual.gate)
+            shortcut=None if residual is None else residual.shortcut, gate=None if residual is None else residual.gate,
+            shortcut_mask=None if residual is None else _copying_mask(residual.shortcut))
 
 
 _TENSOR_FIELDS = ("weight", "bias", "norm_weight", "norm_bias", "unit_mask", "unit_counts", "unit_eps", "shortcut",
-                  "gate")
+                  "gate", "shortcut_mask")
+
+
+def _copying_mask(shortcut: torch.Tensor) -> torch.Tensor | None:
+    """``[P, 1, out]`` when every member's shortcut ``[in, out]`` only copies input unit ``j`` to
+    output unit ``j`` (a padded partial identity, as new layers start): then ``x @ shortcut`` is
+    ``x``'s first ``out`` units times this mask, an elementwise product instead of a matmul. None
+    for any other shortcut (one a removed unit has shifted)."""
+    members, inputs, outputs = shortcut.shape
+    width = min(inputs, outputs)
+    diagonal = shortcut.diagonal(dim1=1, dim2=2)  # [P, width]
+    if not bool(((diagonal == 0) | (diagonal == 1)).all()):
+        return None
+    if not torch.equal(shortcut[:, :width, :width], torch.diag_embed(diagonal)) or bool(shortcut[:, width:].any()) \
+            or bool(shortcut[:, :, width:].any()):
+        return None
+    mask = shortcut.new_zeros(members, 1, outputs)
+    mask[:, 0, :width] = diagonal
+    return mask
+
+
+def _fit_units(x: torch.Tensor, width: int) -> torch.Tensor:
+    """``x``'s first `width` units (zero-padded when it has fewer)."""
+    if x.shape[-1] >= width:
+        return x[..., :width]
+    return torch.nn.functional.pad(x, (0, width - x.shape[-1]))
 
 
 @dataclass
@@ -254,6 +281,8 @@ class FusedMLPChain:
             tape.append(_Saved(x, h, normalised, mean, rstd, a, y))
         if layer.shortcut is None or layer.gate is None:
             return y
+        if layer.shortcut_mask is not None:
+            return torch.addcmul(_fit_units(x, y.shape[-1]) * layer.shortcut_mask, layer.gate, y)
         return torch.bmm(x, layer.shortcut) + layer.gate * y
 
     def backward(self, tape: Tape, grad_output: torch.Tensor, rows: int | None = None,
@@ -284,7 +313,9 @@ class FusedMLPChain:
         shortcut_grad = None
         if layer.shortcut is not None and layer.gate is not None:  # out = x @ shortcut + gate * y
             _accumulate(layer.gate, (grad * part(saved.output)).sum(dim=(1, 2), keepdim=True))
-            if need_input_grad:
+            if need_input_grad and layer.shortcut_mask is not None:  # the copy's transpose: mask, then fit to `in`
+                shortcut_grad = _fit_units(grad * layer.shortcut_mask, layer.shortcut.shape[1])
+            elif need_input_grad:
                 shortcut_grad = torch.bmm(grad, layer.shortcut.transpose(1, 2))
             grad = grad * layer.gate
         if layer.activation.backward is not None:
@@ -341,11 +372,10 @@ def _masked_rows_backward(grad: torch.Tensor, normalised: torch.Tensor, rstd: to
                           counts: torch.Tensor) -> torch.Tensor:
     """The input gradient of :func:`~agile_core.networks.stacked.normalise_member_units` given the
     gradient of its output: ``rstd * (g - mean(g) - y * mean(g * y))`` over each member's own
-    units, zero on padding."""
-    grad = grad * mask
+    units, zero on padding (where `grad` must be zero already, as a zero-padded gain makes it)."""
     mean_grad = grad.sum(dim=-1, keepdim=True) / counts
-    mean_projection = (grad * normalised).sum(dim=-1, keepdim=True) / counts
-    return (grad - mean_grad - normalised * mean_projection) * rstd * mask
+    mean_projection = torch.linalg.vecdot(grad, normalised).unsqueeze(-1) / counts
+    return torch.addcmul(grad - mean_grad, normalised, mean_projection, value=-1).mul_(rstd).mul_(mask)
 
 
 def _accumulate_grad(param: torch.Tensor, grad: torch.Tensor) -> None:

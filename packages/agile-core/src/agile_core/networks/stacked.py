@@ -199,10 +199,11 @@ def normalise_member_units(x: torch.Tensor, mask: torch.Tensor, counts: torch.Te
                            eps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Layer norm without affine of zero-padded members ``[P, rows, n]``, over each member's own
     units (`mask` ``[P, 1, n]``, `counts` ``[P, 1, 1]``) with its own `eps` ``[P, 1, 1]``:
-    ``(normalised, mean, rstd)``, the last two ``[P, rows, 1]``; padding comes out zero."""
+    ``(normalised, mean, rstd)``, the last two ``[P, rows, 1]``; padding comes out zero (and, under
+    autograd, gets no gradient)."""
     mean = (x * mask).sum(dim=-1, keepdim=True) / counts
-    centered = (x - mean) * mask
-    rstd = torch.rsqrt(centered.square().sum(dim=-1, keepdim=True) / counts + eps)
+    centered = (x - mean).mul_(mask)
+    rstd = torch.rsqrt(torch.linalg.vecdot(centered, centered).unsqueeze(-1) / counts + eps)
     return centered * rstd, mean, rstd
 
 
