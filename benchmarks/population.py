@@ -74,9 +74,11 @@ def _print_learn_case(algorithm: str, pop: int, batch_size: int, hidden: int, lo
                       "one_by_one_vs_one_agent": round(loop_ms / single, 2)}), flush=True)
 
 
-def bench_learn(algorithm: str, pops: list[int], repeats: int, batch_size: int, hidden: int) -> None:
+def bench_learn(algorithm: str, pops: list[int], repeats: int, batch_size: int, hidden: int,
+                first_member: str = "same") -> None:
     """Per-step cost of P off-policy agents (DQN on CartPole-sized spaces, TD3 on Pendulum-sized
-    ones) learning, one by one vs stacked."""
+    ones) learning, one by one vs stacked; `first_member` "new-layer" or "new-nodes" gives the
+    first agent an architecture mutation of that kind (a mixed group pads to it)."""
     import numpy as np
     from gymnasium import spaces
 
@@ -111,6 +113,8 @@ def bench_learn(algorithm: str, pops: list[int], repeats: int, batch_size: int, 
     single: float | None = None
     for pop in pops:
         agents: list = [make(i) for i in range(pop)]
+        if first_member != "same":
+            agents[0].mutate_architecture(np.random.default_rng(1), 1.0 if first_member == "new-layer" else 0.0)
 
         def one_by_one(agents: list = agents) -> None:
             for agent in agents:
@@ -309,6 +313,8 @@ def main(argv: list[str] | None = None) -> int:
     learn.add_argument("--repeats", type=int, default=None, help="timed steps (default: DQN 300, PPO 5 updates)")
     learn.add_argument("--batch-size", type=int, default=None, help="default: DQN 64, TD3 and PPO 128")
     learn.add_argument("--hidden", type=int, default=64)
+    learn.add_argument("--first-member", choices=["same", "new-layer", "new-nodes"], default="same",
+                       help="DQN/TD3: give the first agent an architecture mutation (a mixed group)")
     train = sub.add_parser("train", help="whole-process agile train runs")
     train.add_argument("manifest")
     train.add_argument("--pops", type=int, nargs="+", default=[1, 4, 8])
@@ -326,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
                         args.hidden, recurrent=args.algorithm == "recurrent_ppo")
     elif args.kind == "learn":
         bench_learn(args.algorithm, args.pops, args.repeats or 300,
-                    args.batch_size or (64 if args.algorithm == "dqn" else 128), args.hidden)
+                    args.batch_size or (64 if args.algorithm == "dqn" else 128), args.hidden, args.first_member)
     elif args.kind == "train":
         modes = {"on": [True], "off": [False], "both": [True, False]}[args.batching]
         bench_train(args.manifest, args.pops, modes, args.overrides)
