@@ -22,7 +22,7 @@ threshold). The threshold is ``--threshold`` or else the manifest's ``training.t
 ``--stop-at-threshold`` ends a seed as soon as one agent reaches the threshold (the training loop
 otherwise stops only when *every* agent reaches ``target_score``), which saves time when the
 question is steps to threshold; ``final_best`` then means the best at that point. ``--patch``
-sets a class attribute in the child before training (an experiment switch, e.g. a DQN's
+sets a class attribute in the child before training (an experiment switch, e.g. RainbowDQN's
 ``max_grad_norm``), so alternatives are measured without editing the library.
 
 Summary: ``success_rate`` (share of seeds whose best agent reached the threshold within the
@@ -176,7 +176,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="override, as agile train --set")
     parser.add_argument("--patch", dest="patches", action="append", default=[], metavar="MODULE:ATTR=VALUE",
                         help="experiments only: set a class or module attribute in the child before training "
-                             "(e.g. agile_offpolicy.dqn:DQN.max_grad_norm=null)")
+                             "(e.g. agile_offpolicy.rainbow:RainbowDQN.max_grad_norm=null)")
     args = parser.parse_args(argv)
     if args.seeds < 1:
         parser.error("--seeds must be >= 1")

@@ -273,3 +273,28 @@ def test_checkpoint_round_trip_after_mutation(tmp_path) -> None:
     batch = np.random.default_rng(0).uniform(-1, 1, (50, 4)).astype(np.float32)
     np.testing.assert_array_equal(restored.get_action(batch, epsilon=0.5), agent.get_action(batch, epsilon=0.5))
     torch.testing.assert_close(restored.learn(random_batch(seed=3)), agent.learn(random_batch(seed=3)))
+
+
+def test_loss_and_clipping_come_from_the_manifest_and_bad_values_name_their_field() -> None:
+    import yaml
+
+    from agile_core.errors import ManifestError
+    from agile_core.specs.manifest import validate_source
+    from agile_core.trainer import LocalTrainer
+    from agile_core.yaml_source import parse_text
+
+    def manifest(data: dict) -> object:
+        return validate_source(parse_text(yaml.safe_dump(data)))
+
+    base = {"algorithm": {"name": "DQN", "loss": "huber", "max_grad_norm": 10.0},
+            "environment": {"name": "CartPole-v1", "num_envs": 2}, "training": {"pop_size": 2}}
+    trainer = LocalTrainer.from_manifest(manifest(base))
+    env = trainer.make_env()
+    agents = trainer.make_population(env, None)
+    assert [(agent.loss, agent.max_grad_norm) for agent in agents] == [("huber", 10.0)] * 2
+    assert DQN(OBS, ACT).loss == "mse" and DQN(OBS, ACT).max_grad_norm is None  # the spec's defaults
+    assert agents[0].population_key() != DQN(OBS, ACT).population_key()  # no group mixes two losses
+    for field, value in (("loss", "l1"), ("max_grad_norm", 0.0)):
+        bad = {**base, "algorithm": {**base["algorithm"], field: value}}
+        with pytest.raises(ManifestError, match=f"algorithm.{field}"):
+            manifest(bad)

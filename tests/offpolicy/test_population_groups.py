@@ -65,10 +65,10 @@ def open_gates(networks: list[Any]) -> None:
 
 
 class HuberDQN(DQN):
-    """DQN with the Huber loss and gradient clipping (the class attributes' other setting)."""
+    """DQN with the Huber loss and gradient clipping (the hyperparameters' other setting)."""
 
-    loss = "huber"
-    max_grad_norm = 10.0
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, loss="huber", max_grad_norm=10.0, **kwargs)
 
 
 def dqns(double: bool = True, widths: bool = False, cls: type[DQN] = DQN) -> list[DQN]:

@@ -58,6 +58,8 @@ class CQN(QLearner):
         double: bool = _DEFAULTS["double"],
         cql_alpha: float = _DEFAULTS["cql_alpha"],
         normalize_images: bool = _DEFAULTS["normalize_images"],
+        loss: str = _DEFAULTS["loss"],
+        max_grad_norm: float | None = _DEFAULTS["max_grad_norm"],
         device: str | torch.device = "cpu",
         seed: int | None = None,
         actor_network: EvolvableModule | None = None,
@@ -66,7 +68,8 @@ class CQN(QLearner):
         self.cql_alpha = float(cql_alpha)
         super().__init__(observation_space, action_space, index=index, hp_config=hp_config, net_config=net_config,
                          batch_size=batch_size, lr=lr, learn_step=learn_step, gamma=gamma, tau=tau, double=double,
-                         normalize_images=normalize_images, device=device, seed=seed, actor_network=actor_network)
+                         normalize_images=normalize_images, loss=loss, max_grad_norm=max_grad_norm, device=device,
+                         seed=seed, actor_network=actor_network)
 
     @classmethod
     def extra_loss(cls, group: MemberGroup, q_values: torch.Tensor, q_taken: torch.Tensor) -> torch.Tensor:

@@ -45,10 +45,13 @@ class DQN(QLearner):
         tau: float = _DEFAULTS["tau"],
         double: bool = _DEFAULTS["double"],
         normalize_images: bool = _DEFAULTS["normalize_images"],
+        loss: str = _DEFAULTS["loss"],
+        max_grad_norm: float | None = _DEFAULTS["max_grad_norm"],
         device: str | torch.device = "cpu",
         seed: int | None = None,
         actor_network: EvolvableModule | None = None,
     ) -> None:
         super().__init__(observation_space, action_space, index=index, hp_config=hp_config, net_config=net_config,
                          batch_size=batch_size, lr=lr, learn_step=learn_step, gamma=gamma, tau=tau, double=double,
-                         normalize_images=normalize_images, device=device, seed=seed, actor_network=actor_network)
+                         normalize_images=normalize_images, loss=loss, max_grad_norm=max_grad_norm, device=device,
+                         seed=seed, actor_network=actor_network)

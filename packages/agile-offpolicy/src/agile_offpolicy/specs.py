@@ -57,6 +57,10 @@ class DQNSpec(_OffPolicySpec):
     """Adam learning rate."""
     double: bool = True
     """Double Q-learning: the online network picks the next action, the target network rates it."""
+    loss: Literal["mse", "huber"] = "mse"
+    """TD loss: the squared error, or Huber (smooth L1), which caps the pull of large TD errors."""
+    max_grad_norm: PositiveFloat | None = None
+    """Clip each update's gradient to this global norm (null: no clipping)."""
 
     algorithm_class: ClassVar[str] = "agile_offpolicy.dqn:DQN"
 

@@ -56,6 +56,10 @@ def check_q_hyperparameters(batch_size: int, lr: float, learn_step: int, gamma: 
         raise ValueError(f"tau must lie in (0, 1], got {tau}")
 
 
+TD_LOSSES = ("mse", "huber")
+"""The TD losses a Q-learner can minimise (the ``loss`` hyperparameter)."""
+
+
 def td_loss(q_taken: torch.Tensor, td_target: torch.Tensor, kind: str, reduction: str = "mean") -> torch.Tensor:
     """The TD loss `kind` ("huber": smooth L1 with beta 1; "mse": squared error)."""
     if kind == "huber":
@@ -81,23 +85,24 @@ class QLearner(SingleAgentAlgorithm):
         tau: Soft target update rate, applied after every learning step (1.0: hard copy).
         double: Double Q-learning (the online network picks the bootstrap action).
         normalize_images: Scale uint8 image observations to [0, 1].
+        loss: TD loss, one of :data:`TD_LOSSES` (see below).
+        max_grad_norm: Clip each update's gradient to this global norm (None: no clipping).
         device: Torch device of the networks.
         seed: Seeds network initialisation and the exploration RNG (None: fresh entropy).
         actor_network: A pre-built ``QNetwork`` to start from (cloned; `net_config` is ignored).
 
-    Loss: the mean squared TD error, without gradient clipping, as the field's reference trainer
-    does (``loss = "huber"`` and a ``max_grad_norm`` are class attributes for experiments). On
-    CartPole with the reference settings the Huber loss clipped at norm 10 let 3 of 5 seeds miss
-    475 within 100k steps per agent; the squared error reached it in 5 of 5 (docs/learning.md).
-    A likely reason: Huber caps the pull of the large TD errors at episode ends, the signal
-    CartPole is learnt from.
+    Loss: ``loss`` ``"mse"`` (squared TD error) or ``"huber"`` (smooth L1, beta 1), each update's
+    gradient clipped to ``max_grad_norm`` when set. The specs default to the squared error without
+    clipping, as the field's reference trainer does: on CartPole with the reference settings the
+    Huber loss clipped at norm 10 reached 475 within 100k steps per agent in 2 of 5 seeds, the
+    squared error in 5 of 5 (docs/learning.md; Huber caps the pull of the large TD errors at episode
+    ends, the signal CartPole is learnt from). On LunarLander, with rewards of -100 to +100 in
+    one step, the squared error's unclipped gradients are the first suspect of the collapses seen
+    there, and the example manifest asks for Huber with clipping.
     """
 
     hyperparameter_names: ClassVar[tuple[str, ...]] = ("lr", "batch_size", "learn_step", "gamma", "tau")
     supported_action_spaces: ClassVar[tuple[type[spaces.Space], ...]] = (spaces.Discrete,)
-    max_grad_norm: ClassVar[float | None] = None
-    loss: ClassVar[str] = "mse"
-    """TD loss: "huber" (smooth L1) or "mse" (squared error)."""
 
     actor: QNetwork
     actor_target: QNetwork
@@ -118,6 +123,8 @@ class QLearner(SingleAgentAlgorithm):
         tau: float,
         double: bool,
         normalize_images: bool,
+        loss: str,
+        max_grad_norm: float | None,
         device: str | torch.device = "cpu",
         seed: int | None = None,
         actor_network: EvolvableModule | None = None,
@@ -134,6 +141,12 @@ class QLearner(SingleAgentAlgorithm):
         self.tau = float(tau)
         self.double = bool(double)
         self.normalize_images = bool(normalize_images)
+        if loss not in TD_LOSSES:
+            raise ValueError(f"loss must be one of {TD_LOSSES}, got {loss!r}")
+        if max_grad_norm is not None and not max_grad_norm > 0:
+            raise ValueError(f"max_grad_norm must be > 0 or None, got {max_grad_norm}")
+        self.loss = str(loss)
+        self.max_grad_norm = None if max_grad_norm is None else float(max_grad_norm)
         self.rng = np.random.default_rng(seed)
 
         if actor_network is not None:
@@ -252,12 +265,12 @@ class QLearner(SingleAgentAlgorithm):
             q_values, next_q_online = online(obs), None
         td_target = cls._td_target(group, next_obs, batch.reward, batch.done, next_q_online)
         q_taken = q_values.gather(-1, actions).squeeze(-1)
-        per_row = td_loss(q_taken, td_target, cls.loss, reduction="none")
+        per_row = td_loss(q_taken, td_target, first.loss, reduction="none")
         extra = cls.extra_loss(group, q_values, q_taken)
         if extra is not None:
             per_row = per_row + extra
         losses = (per_row * batch.weights).sum(dim=1)
-        group.step("optimizer", losses, active, cls.max_grad_norm)
+        group.step("optimizer", losses, active, first.max_grad_norm)
         group.soft_update("actor_target", "actor", group.column("tau"), active)
         for member, on in zip(group.members, active, strict=True):
             member.learn_counter += int(on)
@@ -270,8 +283,8 @@ class QLearner(SingleAgentAlgorithm):
         return None
 
     def population_key(self) -> str:
-        """Members of one group share double Q, image scaling and their action space."""
-        return f"{super().population_key()}|{self.double}|{self.normalize_images}"
+        """Members of one group share double Q, image scaling, the TD loss and its clipping norm."""
+        return f"{super().population_key()}|{self.double}|{self.normalize_images}|{self.loss}|{self.max_grad_norm}"
 
     @staticmethod
     def _td_target(group: MemberGroup, next_inputs: Any, rewards: torch.Tensor, done: torch.Tensor,

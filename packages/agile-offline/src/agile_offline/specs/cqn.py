@@ -38,6 +38,10 @@ class CQNSpec(AlgorithmSpec):
     on the dataset)."""
     normalize_images: bool = True
     """Scale uint8 image observations to [0, 1]."""
+    loss: Literal["mse", "huber"] = "mse"
+    """TD loss: the squared error, or Huber (smooth L1), which caps the pull of large TD errors."""
+    max_grad_norm: PositiveFloat | None = None
+    """Clip each update's gradient to this global norm (null: no clipping)."""
 
     algorithm_class: ClassVar[str] = "agile_offline.cqn:CQN"
     mutable_by_default: ClassVar[tuple[str, ...]] = ("lr", "batch_size")
