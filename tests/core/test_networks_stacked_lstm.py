@@ -81,3 +81,22 @@ def test_stack_equals_each_members_own_lstm_forward_and_backward() -> None:
             mine = getattr(stack.lstm, name).grad[p]
             theirs = getattr(layer.lstm, name).grad
             torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-5)
+
+
+def test_acting_step_equals_the_sequence_path_and_follows_weight_updates() -> None:
+    """One step without gradients (the joined-weights path, its weights cached) computes what
+    the recorded sequence path computes, for members of different widths and with restarts,
+    and sees an in-place weight update (an optimizer step) at the next call."""
+    torch.manual_seed(0)
+    stack = StackedLstmLayer([LstmLayer(5, size) for size in (16, 12, 8)])
+    x = torch.randn(3, 4, 1, 5)
+    state = (torch.randn(3, 1, 4, 16), torch.randn(3, 1, 4, 16))
+    starts = torch.tensor([True, False, False, True]).expand(3, 4).unsqueeze(-1)
+    for _ in range(2):
+        with torch.no_grad():
+            acted, (h, c) = stack(x, state, starts)
+        recorded, (ref_h, ref_c) = stack(x, state, starts)
+        torch.testing.assert_close(acted, recorded.detach())
+        torch.testing.assert_close((h, c), (ref_h.detach(), ref_c.detach()))
+        with torch.no_grad():  # as an optimizer step would
+            stack.lstm.weight_hh_l0.add_(0.1)

@@ -162,14 +162,15 @@ def _values(groups: Groups, num_envs: int, obs: Any, states: list[HiddenStates |
 
 
 def _member_states(groups: Groups, states: list[HiddenStates | None], size: int) -> list[Any]:
-    """Each agent's part of its group's state, cut to its own LSTM size, as numpy
-    ``{name: (h, c)}`` (None when feed-forward)."""
+    """Each agent's part of its group's state, cut to its own LSTM size, as numpy views
+    ``{name: (h, c)}`` (None when feed-forward): one host copy per group leaf, not per member."""
     per_agent: list[Any] = [None] * size
     for (slots, group), state in zip(groups, states, strict=True):
         if state is None:
             continue
-        for slot, own in zip(slots, cast(PPO, group.members[0]).member_hidden(group, state), strict=True):
-            per_agent[slot] = map_tree(lambda leaf: leaf.cpu().numpy(), own)
+        arrays = {name: (h.cpu().numpy(), c.cpu().numpy()) for name, (h, c) in state.items()}
+        for slot, own in zip(slots, cast(PPO, group.members[0]).member_hidden(group, arrays), strict=True):
+            per_agent[slot] = own
     return per_agent
 
 

@@ -677,11 +677,16 @@ class PPO(SingleAgentAlgorithm):
                 for name, net in cls._recurrent_networks(group).items()}
 
     @classmethod
-    def member_hidden(cls, group: MemberGroup, hidden: HiddenStates) -> list[HiddenStates]:
+    def member_hidden(cls, group: MemberGroup, hidden: Mapping[str, tuple[Any, Any]]) -> list[dict[str, tuple[Any, Any]]]:
         """A group's recurrent state ``[P, layers, rows, H]`` as each member's own
-        ``[layers, rows, H_p]`` (cut to its own LSTM size)."""
-        return [cast(PPO, member).fit_hidden({name: (h[slot], c[slot]) for name, (h, c) in hidden.items()})
-                for slot, member in enumerate(group.members)]
+        ``[layers, rows, H_p]``: views cut to its own LSTM size (tensors or numpy arrays alike;
+        a group's state is as deep and wide as its deepest and widest member)."""
+        cut: list[dict[str, tuple[Any, Any]]] = []
+        for slot, member in enumerate(group.members):
+            lstms = cast(PPO, member)._lstms()
+            cut.append({name: tuple(leaf[slot, :lstms[name].num_layers, :, :lstms[name].hidden_state_size]
+                                    for leaf in pair) for name, pair in hidden.items()})
+        return cut
 
     @classmethod
     def _recurrent_networks(cls, group: MemberGroup) -> dict[str, EvolvableNetwork]:

@@ -255,6 +255,8 @@ class EvolvableLSTM(EvolvableModule):
         features = self.output_act(self.output_layer(y))
         if extra == 1:
             features = features.select(lead + 1, 0)
+        if len(hs) == 1:
+            return features, (hs[0], cs[0])
         return features, (torch.cat(hs, dim=lead), torch.cat(cs, dim=lead))
 
     def set_num_outputs(self, num_outputs: int, generator: torch.Generator | None = None) -> None:

@@ -65,20 +65,24 @@ class StackedLstmWeights(nn.Module):
             setattr(self, name, nn.Parameter(_stack([getattr(lstm, name) for lstm in lstms])))
         self.register_buffer("gate_rows", gate_major_rows(self.sizes, self.weight_ih_l0.device), persistent=False)
 
-    def gate_major(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(weight_ih [P, 4H, in], weight_hh [P, 4H, H], bias [P, 4H])`` with ``H`` rows per gate.
-        Without gradients (acting) they are kept until an optimizer step changes the weights
-        (the parameters' version counter), so collection pays for the gather once per update."""
-        if torch.is_grad_enabled():
-            return self._gate_major()
-        versions = tuple((getattr(self, name)._version, getattr(self, name).data_ptr()) for name in LSTM_WEIGHTS)
+    def acting_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """For steps without gradients: ``(bias [P, 1, 4H], weight [P, in + H, 4H])``, the
+        gate-major input and recurrent weights side by side (transposed), so one step's gates are
+        one ``baddbmm`` of ``[x, h]``. Kept until an optimizer step changes the weights (the
+        parameters' version counters), so collection pays for them once per update."""
+        params = self._parameters
+        versions = tuple((params[name]._version, params[name].data_ptr()) for name in LSTM_WEIGHTS)  # type: ignore[union-attr]
         cached = self.__dict__.get("_acting_weights")
         if cached is None or cached[0] != versions:
-            cached = (versions, self._gate_major())
+            with torch.no_grad():
+                weight_ih, weight_hh, bias = self.gate_major()
+                joined = torch.cat([weight_ih, weight_hh], dim=2).transpose(1, 2).contiguous()
+            cached = (versions, (bias.unsqueeze(1), joined))
             self.__dict__["_acting_weights"] = cached
         return cached[1]
 
-    def _gate_major(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def gate_major(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(weight_ih [P, 4H, in], weight_hh [P, 4H, H], bias [P, 4H])`` with ``H`` rows per gate."""
         bias = self.bias_ih_l0 + self.bias_hh_l0
         weights = (self.weight_ih_l0, self.weight_hh_l0, bias)
         rows: torch.Tensor | None = self.gate_rows
@@ -124,6 +128,8 @@ class StackedLstmLayer(nn.Module):
         (``[P, B, T]`` bool) is True the state is zeroed before that step. Returns outputs
         ``[P, B, T, H]`` and the final ``(h, c)``, each ``[P, 1, B, H]``."""
         members, batch, steps, inputs = x.shape
+        if steps == 1 and not torch.is_grad_enabled():
+            return self._act(x, state, starts)
         weight_ih, weight_hh, bias = self.lstm.gate_major()
         time_major = x.transpose(1, 2).reshape(members, steps * batch, inputs)
         projected = torch.baddbmm(bias.unsqueeze(1), time_major, weight_ih.transpose(1, 2))
@@ -135,6 +141,28 @@ class StackedLstmLayer(nn.Module):
         else:  # acting: no node to record
             hs, *_, h, c = _recur(projected, weight_hh, h0, c0, keep)
         out = hs.permute(1, 2, 0, 3)  # [P, B, T, H]
+        if self.residual:
+            out = x + self.gate.view(members, 1, 1, 1) * out
+        return out, (h.unsqueeze(1), c.unsqueeze(1))
+
+    def _act(self, x: torch.Tensor, state: HiddenState, starts: torch.Tensor | None) -> tuple[torch.Tensor, HiddenState]:
+        """:meth:`forward` of one step without gradients (acting): the gates of ``[x, h]`` in one
+        batched matmul against the cached joined weights."""
+        members, batch, _, inputs = x.shape
+        bias, weight = self.lstm.acting_weights()
+        h, c = state[0][:, 0], state[1][:, 0]
+        if starts is not None:
+            keep = (~starts[:, :, 0]).to(x.dtype).unsqueeze(-1)
+            h, c = h * keep, c * keep
+        step = x.view(members, batch, inputs)
+        size = self.hidden_size
+        gates = torch.baddbmm(bias, torch.cat([step, h], dim=-1), weight)
+        act = torch.sigmoid(gates)
+        torch.tanh(gates[..., 2 * size:3 * size], out=act[..., 2 * size:3 * size])
+        i, f, g, o = act.chunk(4, dim=-1)
+        c = torch.addcmul(f * c, i, g)
+        h = o * torch.tanh(c)
+        out = h.unsqueeze(2)  # [P, B, 1, H]
         if self.residual:
             out = x + self.gate.view(members, 1, 1, 1) * out
         return out, (h.unsqueeze(1), c.unsqueeze(1))
@@ -185,19 +213,20 @@ class LstmRecurrence(torch.autograd.Function):
     def backward(ctx: Any, d_hs: torch.Tensor | None, d_h: torch.Tensor | None,
                  d_c: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
         recurrent, h0, c0, hs, acts, cs, tanh_c, keep = ctx.saved_tensors
-        steps, size = hs.shape[0], hs.shape[-1]
+        steps, members, batch, size = hs.shape
+        width = 4 * size
         i, f, g, o = acts.chunk(4, dim=-1)
-        # the states each step started from (zeroed at episode starts)
-        c_prev = torch.cat([c0.unsqueeze(0), cs[:-1]])
-        h_prev = torch.cat([h0.unsqueeze(0), hs[:-1]])
+        c_prev = torch.cat([c0.unsqueeze(0), cs[:-1]])  # the states each step started from
         if keep is not None:
-            c_prev, h_prev = c_prev * keep, h_prev * keep
+            c_prev = c_prev * keep
         through_c = o * (1 - tanh_c * tanh_c)  # d h / d c
-        derivative = acts * (1 - acts)
-        derivative[..., 2 * size:3 * size] = 1 - g * g
-        # d gates = [dc * g, dc * c_prev, dc * i, dh * tanh(c)] * derivative
-        factors = torch.cat([g, c_prev, i, tanh_c], dim=-1) * derivative
-        d_gates = torch.empty_like(acts)
+        # d gates = [dc * g, dc * c_prev, dc * i, dh * tanh(c)] * (the gate's derivative)
+        factors = torch.cat([g, c_prev, i, tanh_c], dim=-1)
+        derivative = torch.addcmul(acts, acts, acts, value=-1)  # sigmoid': a - a^2
+        torch.addcmul(torch.ones_like(g), g, g, value=-1, out=derivative[..., 2 * size:3 * size])  # tanh': 1 - g^2
+        gate_factors = factors.mul_(derivative).view(steps, members, batch, 4, size)
+        # member-major, so the weight gradient and the input gradient need no transposing copy
+        d_gates = acts.new_empty(members, steps, batch, 4, size)
         dh = torch.zeros_like(h0) if d_h is None else d_h.clone()
         dc = torch.zeros_like(c0) if d_c is None else d_c.clone()
         restarts = [False] * steps if keep is None else (keep[:, :, :, 0] < 1).flatten(1).any(dim=1).tolist()
@@ -205,12 +234,18 @@ class LstmRecurrence(torch.autograd.Function):
             if d_hs is not None:
                 dh = dh + d_hs[t]
             dc = torch.addcmul(dc, dh, through_c[t])
-            torch.mul(torch.cat([dc, dc, dc, dh], dim=-1), factors[t], out=d_gates[t])
-            dh = torch.bmm(d_gates[t], recurrent)
+            d_gate = d_gates[:, t]
+            torch.mul(gate_factors[t, :, :, :3], dc.unsqueeze(2), out=d_gate[:, :, :3])
+            torch.mul(gate_factors[t, :, :, 3], dh, out=d_gate[:, :, 3])
+            dh = torch.bmm(d_gate.view(members, batch, width), recurrent)
             dc = dc * f[t]
             if restarts[t]:
                 dh, dc = dh * keep[t], dc * keep[t]
-        members, width = d_gates.shape[1], d_gates.shape[-1]
-        d_recurrent = torch.bmm(d_gates.transpose(0, 1).reshape(members, -1, width).transpose(1, 2),
-                                h_prev.transpose(0, 1).reshape(members, -1, size))
-        return d_gates, d_recurrent, dh, dc, None
+        h_prev = hs.new_empty(members, steps, batch, size)
+        h_prev[:, 0] = h0
+        h_prev[:, 1:] = hs[:-1].transpose(0, 1)
+        if keep is not None:
+            h_prev.mul_(keep.transpose(0, 1))
+        flat = d_gates.view(members, steps * batch, width)
+        d_recurrent = torch.bmm(flat.transpose(1, 2), h_prev.view(members, steps * batch, size))
+        return d_gates.view(members, steps, batch, width).transpose(0, 1), d_recurrent, dh, dc, None
