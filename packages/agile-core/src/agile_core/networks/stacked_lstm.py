@@ -213,20 +213,19 @@ class LstmRecurrence(torch.autograd.Function):
     def backward(ctx: Any, d_hs: torch.Tensor | None, d_h: torch.Tensor | None,
                  d_c: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
         recurrent, h0, c0, hs, acts, cs, tanh_c, keep = ctx.saved_tensors
-        steps, members, batch, size = hs.shape
-        width = 4 * size
+        steps, size = hs.shape[0], hs.shape[-1]
         i, f, g, o = acts.chunk(4, dim=-1)
-        c_prev = torch.cat([c0.unsqueeze(0), cs[:-1]])  # the states each step started from
+        # the states each step started from (zeroed at episode starts)
+        c_prev = torch.cat([c0.unsqueeze(0), cs[:-1]])
+        h_prev = torch.cat([h0.unsqueeze(0), hs[:-1]])
         if keep is not None:
-            c_prev = c_prev * keep
+            c_prev, h_prev = c_prev * keep, h_prev * keep
         through_c = o * (1 - tanh_c * tanh_c)  # d h / d c
-        # d gates = [dc * g, dc * c_prev, dc * i, dh * tanh(c)] * (the gate's derivative)
-        factors = torch.cat([g, c_prev, i, tanh_c], dim=-1)
-        derivative = torch.addcmul(acts, acts, acts, value=-1)  # sigmoid': a - a^2
-        torch.addcmul(torch.ones_like(g), g, g, value=-1, out=derivative[..., 2 * size:3 * size])  # tanh': 1 - g^2
-        gate_factors = factors.mul_(derivative).view(steps, members, batch, 4, size)
-        # member-major, so the weight gradient and the input gradient need no transposing copy
-        d_gates = acts.new_empty(members, steps, batch, 4, size)
+        derivative = acts * (1 - acts)
+        derivative[..., 2 * size:3 * size] = 1 - g * g
+        # d gates = [dc * g, dc * c_prev, dc * i, dh * tanh(c)] * derivative
+        factors = torch.cat([g, c_prev, i, tanh_c], dim=-1) * derivative
+        d_gates = torch.empty_like(acts)
         dh = torch.zeros_like(h0) if d_h is None else d_h.clone()
         dc = torch.zeros_like(c0) if d_c is None else d_c.clone()
         restarts = [False] * steps if keep is None else (keep[:, :, :, 0] < 1).flatten(1).any(dim=1).tolist()
@@ -234,18 +233,12 @@ class LstmRecurrence(torch.autograd.Function):
             if d_hs is not None:
                 dh = dh + d_hs[t]
             dc = torch.addcmul(dc, dh, through_c[t])
-            d_gate = d_gates[:, t]
-            torch.mul(gate_factors[t, :, :, :3], dc.unsqueeze(2), out=d_gate[:, :, :3])
-            torch.mul(gate_factors[t, :, :, 3], dh, out=d_gate[:, :, 3])
-            dh = torch.bmm(d_gate.view(members, batch, width), recurrent)
+            torch.mul(torch.cat([dc, dc, dc, dh], dim=-1), factors[t], out=d_gates[t])
+            dh = torch.bmm(d_gates[t], recurrent)
             dc = dc * f[t]
             if restarts[t]:
                 dh, dc = dh * keep[t], dc * keep[t]
-        h_prev = hs.new_empty(members, steps, batch, size)
-        h_prev[:, 0] = h0
-        h_prev[:, 1:] = hs[:-1].transpose(0, 1)
-        if keep is not None:
-            h_prev.mul_(keep.transpose(0, 1))
-        flat = d_gates.view(members, steps * batch, width)
-        d_recurrent = torch.bmm(flat.transpose(1, 2), h_prev.view(members, steps * batch, size))
-        return d_gates.view(members, steps, batch, width).transpose(0, 1), d_recurrent, dh, dc, None
+        members, width = d_gates.shape[1], d_gates.shape[-1]
+        d_recurrent = torch.bmm(d_gates.transpose(0, 1).reshape(members, -1, width).transpose(1, 2),
+                                h_prev.transpose(0, 1).reshape(members, -1, size))
+        return d_gates, d_recurrent, dh, dc, None
