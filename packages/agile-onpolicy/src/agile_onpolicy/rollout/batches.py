@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from agile_onpolicy.rollout.storage import TensorTree
+from agile_onpolicy.rollout.storage import TensorTree, map_tree
 
 __all__ = ["RecurrentBatch", "RolloutBatch"]
 
@@ -68,3 +68,22 @@ class RecurrentBatch:
     time_indices: torch.Tensor
     env_indices: torch.Tensor
     action_masks: torch.Tensor | None = None
+
+    def select_sequences(self, chosen: torch.Tensor, hidden_batch_dim: int) -> RecurrentBatch:
+        """The batch of the sequences at positions `chosen` (``[B']`` indices, in that order);
+        `hidden_batch_dim` is the batch axis of ``initial_hidden``'s leaves."""
+
+        def steps(leaf: torch.Tensor) -> torch.Tensor:
+            return leaf.index_select(1, chosen)
+
+        def hidden(leaf: torch.Tensor) -> torch.Tensor:
+            return leaf.index_select(hidden_batch_dim % leaf.dim(), chosen)
+
+        return RecurrentBatch(
+            obs=map_tree(steps, self.obs), actions=map_tree(steps, self.actions),
+            old_log_probs=steps(self.old_log_probs), old_values=steps(self.old_values),
+            advantages=steps(self.advantages), returns=steps(self.returns),
+            initial_hidden=map_tree(hidden, self.initial_hidden), episode_starts=steps(self.episode_starts),
+            step_mask=steps(self.step_mask), valid_mask=steps(self.valid_mask), loss_mask=steps(self.loss_mask),
+            time_indices=steps(self.time_indices), env_indices=self.env_indices.index_select(0, chosen),
+            action_masks=None if self.action_masks is None else steps(self.action_masks))

@@ -594,18 +594,13 @@ class RolloutBuffer:
             n, self.num_envs, seq_len, sequence_type, valid=self.valid[:n].cpu().numpy()
         )
         time_index, step_mask = plan.step_index()
-        owned = plan.owned_mask()
         order = rng.permutation(plan.num_sequences)
+        # every sequence gathered once; a minibatch is then one index per field
+        every = self._sequence_batch(adv, plan.env, plan.start, time_index, step_mask, plan.owned_mask())
+        hidden_dim = self._hidden.batch_dim
         for begin in range(0, len(order), batch_size_in_sequences):
-            chosen = order[begin : begin + batch_size_in_sequences]
-            yield self._sequence_batch(
-                adv,
-                plan.env[chosen],
-                plan.start[chosen],
-                time_index[:, chosen],
-                step_mask[:, chosen],
-                owned[:, chosen],
-            )
+            chosen = torch.as_tensor(order[begin : begin + batch_size_in_sequences], device=self.device)
+            yield every.select_sequences(chosen, hidden_dim)
 
     def _sequence_batch(
         self,
