@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.seeds import learning_seed
+
 ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = ROOT / "configs" / "training" / "dqn_cartpole.yaml"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -27,7 +29,9 @@ def agile(*args: str, timeout: int) -> subprocess.CompletedProcess:
 def test_train_evaluate_plot_dqn_cartpole(tmp_path):
     run_dir = tmp_path / "run"
     started = time.monotonic()
-    trained = agile("train", str(MANIFEST), "--save-elite", "--quiet", "--run-dir", str(run_dir), timeout=1800)
+    seed = learning_seed()
+    trained = agile("train", str(MANIFEST), "--save-elite", "--quiet", "--run-dir", str(run_dir),
+                    "--set", f"training.seed={seed}", "--set", f"mutation.rand_seed={seed}", timeout=1800)
     train_wall = time.monotonic() - started
     assert trained.returncode == 0, trained.stderr
     summary = json.loads((run_dir / "summary.json").read_text())

@@ -16,14 +16,15 @@ from agile_llm.sft import SFT
 from agile_llm.tiny import PROMPT_TEMPLATE, number_rows, preference_rows
 from agile_llm.training import train_llm_dataset
 from tests.llm.helpers import LORA, tiny
+from tests.seeds import learning_seed
 
 pytestmark = pytest.mark.learning
 
 
 def _evolution(pop_size: int) -> dict:
-    return {"selection_strategy": TournamentSelection(2, True, pop_size, rng=0),
+    return {"selection_strategy": TournamentSelection(2, True, pop_size, rng=learning_seed()),
             "mutation": Mutations(no_mutation=0.5, architecture=0.0, new_layer_prob=0.0, parameters=0.0,
-                                  activation=0.0, rl_hp=0.5, rand_seed=0)}
+                                  activation=0.0, rl_hp=0.5, rand_seed=learning_seed())}
 
 
 def test_sft_population_learns_the_task_and_generalises() -> None:
@@ -31,9 +32,9 @@ def test_sft_population_learns_the_task_and_generalises() -> None:
     env = DatasetEnv(number_rows(), tokenizer, "sft", prompt_template=PROMPT_TEMPLATE, test_fraction=0.2)
     hp = HyperparameterConfig(lr=RLParameter(name="lr", min=3e-3, max=3e-2))
     pop = [SFT(model, tokenizer=tokenizer, lora_config=LORA, lr=1e-2, batch_size=16, max_length=32,
-               hp_config=hp, index=i, seed=i) for i in range(2)]
+               hp_config=hp, index=i, seed=10 * learning_seed() + i) for i in range(2)]
     before = pop[0].evaluate_loss(env)
-    pop, fitnesses = train_llm_dataset(pop, env, evo_steps=50, max_steps=300, verbose=False, seed=0,
+    pop, fitnesses = train_llm_dataset(pop, env, evo_steps=50, max_steps=300, verbose=False, seed=learning_seed(),
                                        **_evolution(2))
     best = pop[int(np.argmax(fitnesses))]
     after = best.evaluate_loss(env)
@@ -51,9 +52,9 @@ def test_dpo_population_learns_held_out_preferences() -> None:
     env = DatasetEnv(preference_rows(), tokenizer, "dpo", prompt_template=PROMPT_TEMPLATE, test_fraction=0.2)
     hp = HyperparameterConfig(lr=RLParameter(name="lr", min=1e-3, max=2e-2))
     pop = [DPO(model, tokenizer=tokenizer, lora_config=LORA, lr=5e-3, batch_size=16, max_length=32, beta=0.1,
-               nll_alpha=1.0, hp_config=hp, index=i, seed=i) for i in range(2)]
+               nll_alpha=1.0, hp_config=hp, index=i, seed=10 * learning_seed() + i) for i in range(2)]
     start = pop[0].evaluate_preferences(env)[0]
-    pop, fitnesses = train_llm_dataset(pop, env, evo_steps=60, max_steps=240, verbose=False, seed=0,
+    pop, fitnesses = train_llm_dataset(pop, env, evo_steps=60, max_steps=240, verbose=False, seed=learning_seed(),
                                        **_evolution(2))
     best = pop[int(np.argmax(fitnesses))]
     accuracy, margin = best.evaluate_preferences(env)

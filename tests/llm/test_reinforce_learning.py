@@ -5,7 +5,6 @@ tournament selection and learning-rate mutation on GRPO's number task (programma
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +19,11 @@ from agile_llm.rollout import PromptAnswerEnv, RolloutHarness
 from agile_llm.rollout_training import CompletionLoggingConfig, train_llm_rollout
 from agile_llm.tiny import PROMPT_TEMPLATE, answer_rows, digit_reward
 from tests.llm.helpers import LORA, tiny
+from tests.seeds import learning_seed
 
 pytestmark = pytest.mark.learning
 
-SEED = int(os.environ.get("AGILE_LLM_SEED", "0"))  # seeds 0..2 were checked (docs/paradigms/llm.md)
+SEED = learning_seed()  # seeds 0..2 were checked (docs/paradigms/llm.md)
 
 
 def learning_run(cls: type, tmp_path: Path, seed: int, max_steps: int = 60, **settings: Any) -> tuple[list[float], list[Any]]:

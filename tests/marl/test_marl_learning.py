@@ -23,6 +23,7 @@ from agile_core.specs.manifest import TrainingManifest
 from agile_core.trainer import LocalTrainer
 from agile_marl.evaluation import random_policy_return
 from agile_marl.run import make_env
+from tests.seeds import learning_seed, with_seed
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "training"
 
@@ -31,7 +32,7 @@ def _best_vs_random(manifest_name: str) -> tuple[float, float, float]:
     """(best evaluation of any member during the run, random policy's mean over 500 episodes,
     training seconds)."""
     torch.set_num_threads(1)
-    manifest = TrainingManifest.get_validated(CONFIGS / manifest_name)
+    manifest = with_seed(TrainingManifest.get_validated(CONFIGS / manifest_name), learning_seed())
     start = time.monotonic()
     population, _ = LocalTrainer.from_manifest(manifest).train(verbose=False)
     elapsed = time.monotonic() - start

@@ -12,11 +12,12 @@ from __future__ import annotations
 import pytest
 
 from tests.offline.offline_learning import run_check
+from tests.seeds import learning_seed
 
 
 @pytest.mark.learning
 def test_cqn_beats_its_mixed_quality_data(tmp_path) -> None:
-    result = run_check(seed=0, folder=tmp_path, max_steps=8_000)
+    result = run_check(seed=learning_seed(), folder=tmp_path, max_steps=8_000)
     print(f"data: {result.data_episodes} episodes, mean return {result.data_mean:.1f}; "
           f"CQN best {result.cqn_best:.1f} in {result.cqn_seconds:.0f} s "
           f"(passed after {result.steps_to_pass} steps); behaviour cloning {result.bc_return:.1f}")

@@ -25,6 +25,7 @@ from agile_core.training import evaluate_policy
 from agile_offpolicy.buffers import MultiStepReplayBuffer, PrioritizedReplayBuffer
 from agile_offpolicy.rainbow import RainbowDQN
 from agile_offpolicy.training import train_off_policy
+from tests.seeds import learning_seed
 
 MAX_STEPS = 100_000
 """Environment steps per agent."""
@@ -35,7 +36,7 @@ NUM_ENVS = 8
 def test_rainbow_population_solves_cartpole_within_100k_steps_per_agent() -> None:
     """Best agent scores >= 450 over 10 fresh greedy episodes (mean weights, no noise)."""
     torch.set_num_threads(1)
-    seed = 0
+    seed = learning_seed()
     env = gym.make_vec("CartPole-v1", num_envs=NUM_ENVS, vectorization_mode="vector_entry_point")
     env.reset(seed=seed)
     obs_space, act_space = env.single_observation_space, env.single_action_space

@@ -8,6 +8,7 @@ from agile_core.environments import make_vector_env
 from agile_core.specs.env import GymEnvSpec
 from agile_onpolicy.ppo import PPO
 from agile_onpolicy.training import train_on_policy
+from tests.seeds import learning_seed
 
 torch.set_num_threads(1)
 POSITION_AND_ANGLE = {"name": "agile_core.environments.wrappers:ObservationIndices", "kwargs": {"indices": [0, 2]}}
@@ -39,7 +40,7 @@ def best_fitness(recurrent: bool, seed: int, max_steps: int) -> float:
 def test_recurrent_policy_beats_mlp_without_velocities():
     """Same settings and 51k steps each: LSTM best 356 vs MLP 45 with seed 0 (seeds 1, 2: 160 and
     243 vs 44 and 43); without velocities an MLP balances the pole for only about 45 steps."""
-    recurrent = best_fitness(True, seed=0, max_steps=51_200)
-    mlp = best_fitness(False, seed=0, max_steps=51_200)
+    recurrent = best_fitness(True, seed=learning_seed(), max_steps=51_200)
+    mlp = best_fitness(False, seed=learning_seed(), max_steps=51_200)
     assert mlp < 80, (recurrent, mlp)
     assert recurrent >= 120 and recurrent > 2.5 * mlp, (recurrent, mlp)

@@ -22,6 +22,7 @@ from agile_core.training.interrupt import TrainingInterrupted
 from agile_onpolicy.collect import collect_rollouts
 from agile_onpolicy.ppo import PPO
 from agile_onpolicy.training import train_on_policy
+from tests.seeds import learning_seed
 
 torch.set_num_threads(1)
 NET = {"latent_dim": 32, "encoder_config": {"hidden_size": [32]}, "head_config": {"hidden_size": [32]}}
@@ -174,14 +175,14 @@ def test_tensorboard_curves_continue_across_a_resume(tmp_path):
 @pytest.mark.learning
 def test_ppo_population_solves_cartpole():
     """PPO, population 4, evolution on: best agent >= 475 over 10 greedy episodes within 150k steps."""
-    env = cartpole(8)
+    env, seed = cartpole(8), learning_seed()
     hp = HyperparameterConfig(lr=RLParameter("lr", 1e-4, 1e-2), batch_size=RLParameter("batch_size", 32, 512, int))
-    pop = [PPO(env.single_observation_space, env.single_action_space, index=i, seed=i, hp_config=hp, lr=1e-3,
+    pop = [PPO(env.single_observation_space, env.single_action_space, index=i, seed=seed * 10 + i, hp_config=hp, lr=1e-3,
                learn_step=1024, batch_size=128, ent_coef=0.0,
                net_config={"latent_dim": 64, "encoder_config": {"hidden_size": [64]}, "head_config": {"hidden_size": [64]}})
            for i in range(4)]
     pop, _ = train_on_policy(env, "CartPole-v1", "PPO", pop, max_steps=150_000, evo_steps=10_240, eval_loop=2,
-                             target=475, verbose=False, seed=0, **evolution(4))
+                             target=475, verbose=False, seed=seed, **evolution(4, seed))
     assert max(agent.steps for agent in pop) <= 150_000 + 1024
     evaluation_env = cartpole(10)
     best = max(agent.test(evaluation_env, loop=1) for agent in pop)  # 10 greedy episodes each
