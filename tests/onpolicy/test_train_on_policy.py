@@ -99,7 +99,7 @@ def _final_state(pop: list[PPO]) -> dict:
 
 RESUME_SCRIPT = textwrap.dedent("""
     import json, sys, torch
-    sys.path.insert(0, {tests!r})
+    sys.path[:0] = [{tests!r}, {root!r}]  # the test module, and the repository (its `tests` imports)
     torch.set_num_threads(1)
     from test_train_on_policy import cartpole, population, evolution, _final_state
     from agile_onpolicy.training import train_on_policy
@@ -119,7 +119,7 @@ def test_resume_in_a_new_process_matches_the_uninterrupted_run(tmp_path):
     halfway = tmp_path / "ckpt" / "checkpoint_000001024"
     assert halfway.is_dir()
     script = tmp_path / "resume.py"
-    script.write_text(RESUME_SCRIPT.format(tests=str(Path(__file__).parent)))
+    script.write_text(RESUME_SCRIPT.format(tests=str(Path(__file__).parent), root=str(Path(__file__).resolve().parents[2])))
     result = subprocess.run([sys.executable, str(script), str(halfway)], capture_output=True, text=True,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr[-3000:]
