@@ -4,9 +4,10 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium import spaces
+from gymnasium.vector import SyncVectorEnv
 
 from agile_core.environments import make_vector_env
-from agile_core.environments.wrappers import ObservationIndices
+from agile_core.environments.wrappers import ObservationIndices, VectorObservationIndices
 from agile_core.specs.env import GymEnvSpec
 
 
@@ -49,9 +50,45 @@ def test_named_from_a_manifest_environment_section():
     spec = GymEnvSpec(name="CartPole-v1", num_envs=3, wrappers=[
         {"name": "agile_core.environments.wrappers:ObservationIndices", "kwargs": {"indices": [0, 2]}}])
     env = make_vector_env(spec, seed=0)
+    # CartPole keeps its native vector implementation: the wrapper has a vector form
+    assert isinstance(env, VectorObservationIndices) and not isinstance(env.env, SyncVectorEnv)
     assert env.single_observation_space.shape == (2,)
     obs, _ = env.reset(seed=0)
     assert obs.shape == (3, 2)
     obs, *_ = env.step(np.ones(3, dtype=np.int64))
     assert obs.shape == (3, 2)
+    env.close()
+
+
+def test_vector_form_matches_the_wrapper_on_each_sub_env():
+    native = gym.make_vec("CartPole-v1", num_envs=4, vectorization_mode="vector_entry_point")
+    full = gym.make_vec("CartPole-v1", num_envs=4, vectorization_mode="vector_entry_point")
+    env = ObservationIndices.vectorized(native, indices=[-1, 0])
+    single = ObservationIndices(gym.make("CartPole-v1"), indices=[-1, 0]).observation_space
+    assert env.single_observation_space == single
+    assert env.observation_space.shape == (4, 2)
+    obs, _ = env.reset(seed=5)
+    expected, _ = full.reset(seed=5)
+    np.testing.assert_array_equal(obs, expected[:, [3, 0]])
+    actions = np.array([0, 1, 1, 0])
+    for _ in range(30):  # through autoresets
+        obs, *_ = env.step(actions)
+        expected, *_ = full.step(actions)
+        np.testing.assert_array_equal(obs, expected[:, [3, 0]])
+        assert env.observation_space.contains(obs)
+
+
+def test_vector_form_rejects_what_the_wrapper_rejects():
+    with pytest.raises(ValueError):
+        VectorObservationIndices(gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="vector_entry_point"), [4])
+
+
+def test_a_wrapper_without_a_vector_form_falls_back_to_sub_envs():
+    spec = GymEnvSpec(name="CartPole-v1", num_envs=2, wrappers=[
+        {"name": "agile_core.environments.wrappers:ObservationIndices", "kwargs": {"indices": [0, 2]}},
+        {"name": "gymnasium.wrappers.RecordEpisodeStatistics"}])
+    env = make_vector_env(spec, seed=0)
+    assert isinstance(env, SyncVectorEnv)
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (2, 2)
     env.close()

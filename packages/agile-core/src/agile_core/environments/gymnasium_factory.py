@@ -66,7 +66,7 @@ class EnvFactory:
 
 
 def _has_native_vector(spec: GymEnvSpec) -> bool:
-    if spec.is_custom or spec.wrappers:
+    if spec.is_custom:
         return False
     try:
         registered = gym.spec(spec.name)
@@ -75,14 +75,30 @@ def _has_native_vector(spec: GymEnvSpec) -> bool:
     return registered.vector_entry_point is not None
 
 
+def _vector_wrappers(spec: GymEnvSpec) -> list[Any] | None:
+    """The `vectorized` constructors of the spec's wrappers, innermost first, or None when one of
+    them wraps only single environments."""
+    found = []
+    for wrapper in spec.wrappers:
+        vectorized = getattr(import_target(wrapper.name, "wrappers"), "vectorized", None)
+        if not callable(vectorized):
+            return None
+        found.append(vectorized)
+    return found
+
+
 def make_vector_env(spec: GymEnvSpec, base_dir: str | Path = ".", seed: int | None = None,
                     num_envs: int | None = None, render_mode: str | None = None,
                     check: bool = True) -> VectorEnv:
     """Build the vector env a manifest describes (Gymnasium's native vector implementation when
-    the env has one and no wrappers are asked for; otherwise sync or subprocess sub-envs)."""
+    the env has one and every wrapper asked for can wrap a vector env; otherwise sync or
+    subprocess sub-envs)."""
     count = num_envs or spec.num_envs
-    if _has_native_vector(spec) and spec.sync and render_mode is None:
+    vector_wrappers = _vector_wrappers(spec) if _has_native_vector(spec) and spec.sync and render_mode is None else None
+    if vector_wrappers is not None:
         env = gym.make_vec(spec.name, num_envs=count, vectorization_mode="vector_entry_point", **spec.config)
+        for wrap, wrapper in zip(vector_wrappers, spec.wrappers, strict=True):
+            env = wrap(env, **wrapper.kwargs)
     else:
         factory = EnvFactory(spec.model_dump(mode="json"), str(base_dir), render_mode)
         if check and spec.is_custom:

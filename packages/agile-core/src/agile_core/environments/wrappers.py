@@ -8,6 +8,11 @@ cart position and the pole angle (the velocities removed)::
       wrappers:
         - name: agile_core.environments.wrappers:ObservationIndices
           kwargs: {indices: [0, 2]}
+
+A wrapper class with a ``vectorized(env, **kwargs)`` classmethod can also wrap a whole vector
+environment; when every wrapper a manifest names has one, an environment with a native vector
+implementation (CartPole, Pendulum...) keeps it instead of falling back to one Python env per
+sub-environment.
 """
 
 from __future__ import annotations
@@ -18,8 +23,29 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+from gymnasium.vector import VectorEnv, VectorObservationWrapper
+from gymnasium.vector.utils import batch_space
 
-__all__ = ["ObservationIndices"]
+__all__ = ["ObservationIndices", "VectorObservationIndices"]
+
+
+def _kept_indices(space: spaces.Space, indices: Sequence[int]) -> tuple[np.ndarray, spaces.Box]:
+    """The non-negative positions `indices` name along `space`'s last axis, and the Box of the
+    kept entries (their bounds and dtype); ValueError/TypeError naming what is wrong."""
+    if not isinstance(space, spaces.Box) or len(space.shape) == 0:
+        raise TypeError(f"ObservationIndices needs a Box observation space with at least one axis, got {space}")
+    size = space.shape[-1]
+    raw = [int(i) for i in indices]
+    if not raw:
+        raise ValueError("indices must name at least one observation entry")
+    bad = [i for i in raw if not -size <= i < size]
+    if bad:
+        raise ValueError(f"indices {bad} lie outside the observation's last axis of size {size}")
+    kept = [i % size for i in raw]
+    if len(set(kept)) != len(kept):
+        raise ValueError(f"indices must not repeat an entry, got {raw}")
+    chosen = np.asarray(kept, dtype=np.int64)
+    return chosen, spaces.Box(low=space.low[..., chosen], high=space.high[..., chosen], dtype=space.dtype)
 
 
 class ObservationIndices(gym.ObservationWrapper):
@@ -37,24 +63,27 @@ class ObservationIndices(gym.ObservationWrapper):
 
     def __init__(self, env: gym.Env, indices: Sequence[int]) -> None:
         super().__init__(env)
-        space = env.observation_space
-        if not isinstance(space, spaces.Box) or len(space.shape) == 0:
-            raise TypeError(f"ObservationIndices needs a Box observation space with at least one axis, got {space}")
-        size = space.shape[-1]
-        raw = [int(i) for i in indices]
-        if not raw:
-            raise ValueError("indices must name at least one observation entry")
-        bad = [i for i in raw if not -size <= i < size]
-        if bad:
-            raise ValueError(f"indices {bad} lie outside the observation's last axis of size {size}")
-        kept = [i % size for i in raw]
-        if len(set(kept)) != len(kept):
-            raise ValueError(f"indices must not repeat an entry, got {raw}")
-        self.indices = np.asarray(kept, dtype=np.int64)
-        self.observation_space = spaces.Box(
-            low=space.low[..., self.indices], high=space.high[..., self.indices], dtype=space.dtype,
-        )
+        self.indices, self.observation_space = _kept_indices(env.observation_space, indices)
+
+    @classmethod
+    def vectorized(cls, env: VectorEnv, indices: Sequence[int]) -> VectorEnv:
+        """The same selection applied to every sub-environment of a vector env at once."""
+        return VectorObservationIndices(env, indices)
 
     def observation(self, observation: Any) -> np.ndarray:
         """The kept entries of `observation`."""
         return np.asarray(observation)[..., self.indices]
+
+
+class VectorObservationIndices(VectorObservationWrapper):
+    """:class:`ObservationIndices` for a whole vector environment: one indexing of the batched
+    observation per step instead of one per sub-environment."""
+
+    def __init__(self, env: VectorEnv, indices: Sequence[int]) -> None:
+        super().__init__(env)
+        self.indices, self.single_observation_space = _kept_indices(env.single_observation_space, indices)
+        self.observation_space = batch_space(self.single_observation_space, env.num_envs)
+
+    def observations(self, observations: Any) -> np.ndarray:
+        """The kept entries of every sub-environment's observation."""
+        return np.asarray(observations)[..., self.indices]
