@@ -92,3 +92,32 @@ def test_a_wrapper_without_a_vector_form_falls_back_to_sub_envs():
     obs, _ = env.reset(seed=0)
     assert obs.shape == (2, 2)
     env.close()
+
+
+def test_a_vector_wrapped_native_env_widens_for_a_population():
+    from agile_core.training.envs import population_vector_env
+
+    spec = GymEnvSpec(name="CartPole-v1", num_envs=2, wrappers=[
+        {"name": "agile_core.environments.wrappers:ObservationIndices", "kwargs": {"indices": [2]}}])
+
+    def first_observations() -> np.ndarray:
+        env = make_vector_env(spec, seed=0)
+        env.reset(seed=7)
+        widened = population_vector_env(env, 3)
+        assert isinstance(widened, VectorObservationIndices) and widened.num_envs == 6
+        assert widened.single_observation_space.shape == (1,)
+        obs, _ = widened.reset()
+        assert obs.shape == (6, 1)
+        return obs
+
+    np.testing.assert_array_equal(first_observations(), first_observations())  # seeded from the given env
+
+
+def test_a_wrapper_around_a_widenable_env_is_not_widened_without_it():
+    from gymnasium.wrappers.vector import RecordEpisodeStatistics
+
+    from agile_core.training.envs import population_vector_env
+
+    spec = GymEnvSpec(name="CartPole-v1", num_envs=2, wrappers=[
+        {"name": "agile_core.environments.wrappers:ObservationIndices", "kwargs": {"indices": [2]}}])
+    assert population_vector_env(RecordEpisodeStatistics(make_vector_env(spec, seed=0)), 3) is None

@@ -7,6 +7,7 @@ with the `spawn` start method: a child process rebuilds the environment from the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,8 @@ def make_vector_env(spec: GymEnvSpec, base_dir: str | Path = ".", seed: int | No
         env = gym.make_vec(spec.name, num_envs=count, vectorization_mode="vector_entry_point", **spec.config)
         for wrap, wrapper in zip(vector_wrappers, spec.wrappers, strict=True):
             env = wrap(env, **wrapper.kwargs)
+        # how a population loop builds the same env with more sub-envs (one slice per agent)
+        env.agile_widen = partial(make_vector_env, spec, base_dir, check=False)
     else:
         factory = EnvFactory(spec.model_dump(mode="json"), str(base_dir), render_mode)
         if check and spec.is_custom:

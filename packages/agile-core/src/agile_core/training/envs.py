@@ -56,8 +56,10 @@ def population_vector_env(env: VectorEnv, agents: int) -> VectorEnv | None:
     """A vector env like `env` with ``agents`` times its sub-envs (one slice per agent), or None
     when `env` cannot be rebuilt (then the loops step agents one by one in `env`).
 
-    Rebuilt: Gymnasium's native vector envs (``vector_entry_point``) and ``SyncVectorEnv``s whose
-    factories make a fresh env per call. Subprocess envs and wrapped vector envs are not. The new
+    Rebuilt: Gymnasium's native vector envs (``vector_entry_point``), ``SyncVectorEnv``s whose
+    factories make a fresh env per call, and the wrapped native envs
+    :func:`~agile_core.environments.make_vector_env` builds (they carry ``agile_widen``, a
+    function of the sub-env count). Subprocess envs and other wrapped vector envs are not. The new
     env is reset with a seed drawn from `env`'s own RNG, so a seeded `env` gives a reproducible run.
     """
     if agents == 1:
@@ -66,7 +68,10 @@ def population_vector_env(env: VectorEnv, agents: int) -> VectorEnv | None:
         return None
     count = env.num_envs * agents
     widened: VectorEnv | None = None
-    if type(env) is SyncVectorEnv:
+    widen = vars(env).get("agile_widen")  # set on this very object, not forwarded from a wrapped env
+    if callable(widen):
+        widened = widen(num_envs=count)
+    elif type(env) is SyncVectorEnv:
         widened = SyncVectorEnv(list(env.env_fns) * agents, copy=env.copy, observation_mode=env.observation_mode,
                                 autoreset_mode=AutoresetMode.NEXT_STEP)
     spec = env.spec

@@ -28,6 +28,7 @@ from agile_core.training.evolution import (
     evolve_population,
     target_reached,
 )
+from agile_core.training.heap import retain_freed_memory
 from agile_core.training.interrupt import InterruptGuard, TrainingInterrupted
 from agile_core.training.options import RunOptions
 from agile_core.training.profiling import PROFILER
@@ -155,6 +156,7 @@ class GenerationLoop:
     def train(self, resume_from_checkpoint: str | Path | None = None,
               load_buffers: Callable[[Mapping[str, Any]], None] | None = None) -> tuple[list[Any], list[float]]:
         """Resume first when asked (handing saved buffers to `load_buffers`), then run to the end."""
+        retain_freed_memory()
         if resume_from_checkpoint is not None:
             saved = self.restore(resume_from_checkpoint, device=str(getattr(self.population[0], "device", "cpu")))
             if load_buffers is not None:
