@@ -53,7 +53,9 @@ class CustomEnvSpec(EnvSpec):
     """Keyword arguments passed to the environment's constructor."""
     wrappers: list[WrapperSpec] = Field(default_factory=list)
     """Wrappers applied to each sub-environment (`wrapper(env, **kwargs)`), innermost first. A
-    bare string is a wrapper with no arguments."""
+    bare string is a wrapper with no arguments. When every wrapper has a `vectorized(env,
+    **kwargs)` class method (as `agile_core.environments.wrappers:ObservationIndices` does), an
+    environment with a native vector implementation keeps it and the wrappers wrap it whole."""
     sync: bool = True
     """Step sub-environments in this process (true) or in subprocesses (false: for slow envs)."""
 
