@@ -27,9 +27,11 @@ class MemberWorker:
         from agile_core.specs.manifest import validate_source
         from agile_core.trainer import LocalTrainer
         from agile_core.training.envs import as_vector_env
+        from agile_core.training.heap import retain_freed_memory
         from agile_core.yaml_source import ManifestSource
 
         torch.set_num_threads(max(1, torch_threads))
+        retain_freed_memory()
         manifest = validate_source(ManifestSource(data=manifest_data, filename="<driver manifest>",
                                                   base_dir=Path(base_dir)))
         self.device = device
