@@ -26,3 +26,18 @@ def with_seed(manifest: Any, seed: int) -> Any:
     seeded = type(manifest).model_validate(data)
     seeded._base_dir = manifest.base_dir
     return seeded
+
+
+def best_of_seeded_run(path: str | os.PathLike[str], seed: int, *overrides: str) -> float:
+    """Train the example manifest at `path` (evolution on) with `seed` as ``training.seed`` and
+    ``mutation.rand_seed`` plus the ``key=value`` `overrides`; the best greedy evaluation any
+    member reached."""
+    from agile_core.overrides import apply_overrides
+    from agile_core.specs.manifest import validate_source
+    from agile_core.trainer import LocalTrainer
+    from agile_core.yaml_source import read_manifest_file
+
+    seeded = [f"training.seed={seed}", f"mutation.rand_seed={seed}", *overrides]
+    manifest = validate_source(apply_overrides(read_manifest_file(path), seeded))
+    population, _ = LocalTrainer.from_manifest(manifest).train(verbose=False)
+    return max(max(agent.fitness) for agent in population)

@@ -11,11 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from agile_core.overrides import apply_overrides
-from agile_core.specs.manifest import validate_source
-from agile_core.trainer import LocalTrainer
-from agile_core.yaml_source import read_manifest_file
-from tests.seeds import learning_seed
+from tests.seeds import best_of_seeded_run, learning_seed
 
 torch.set_num_threads(1)
 MANIFEST = Path(__file__).resolve().parents[2] / "configs" / "training" / "ppo_pendulum.yaml"
@@ -24,10 +20,6 @@ MANIFEST = Path(__file__).resolve().parents[2] / "configs" / "training" / "ppo_p
 @pytest.mark.learning
 def test_ppo_population_learns_pendulum():
     """Some member evaluates (8 greedy episodes) at better than -800 within 41k steps per agent."""
-    seed = learning_seed()
-    overrides = [f"training.seed={seed}", f"mutation.rand_seed={seed}", "training.max_steps=40960"]
-    manifest = validate_source(apply_overrides(read_manifest_file(MANIFEST), overrides))
-    population, _ = LocalTrainer.from_manifest(manifest).train(verbose=False)
-    best = max(max(agent.fitness) for agent in population)
+    best = best_of_seeded_run(MANIFEST, learning_seed(), "training.max_steps=40960")
     print(f"Pendulum PPO population: best evaluation {best:.1f}")
     assert best > -800, best

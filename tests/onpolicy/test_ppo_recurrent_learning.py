@@ -13,14 +13,10 @@ import pytest
 import torch
 
 from agile_core.environments import make_vector_env
-from agile_core.overrides import apply_overrides
 from agile_core.specs.env import GymEnvSpec
-from agile_core.specs.manifest import validate_source
-from agile_core.trainer import LocalTrainer
-from agile_core.yaml_source import read_manifest_file
 from agile_onpolicy.ppo import PPO
 from agile_onpolicy.training import train_on_policy
-from tests.seeds import learning_seed
+from tests.seeds import best_of_seeded_run, learning_seed
 
 torch.set_num_threads(1)
 MANIFEST = Path(__file__).resolve().parents[2] / "configs" / "training" / "ppo_recurrent_cartpole.yaml"
@@ -35,11 +31,7 @@ def masked_cartpole(num_envs: int):
 
 def recurrent_population_best(seed: int, max_steps: int) -> float:
     """Best greedy evaluation of any member of the example manifest's population (evolution on)."""
-    overrides = [f"training.seed={seed}", f"mutation.rand_seed={seed}", f"training.max_steps={max_steps}",
-                 "training.target_score=null"]
-    manifest = validate_source(apply_overrides(read_manifest_file(MANIFEST), overrides))
-    population, _ = LocalTrainer.from_manifest(manifest).train(verbose=False)
-    return max(max(agent.fitness) for agent in population)
+    return best_of_seeded_run(MANIFEST, seed, f"training.max_steps={max_steps}", "training.target_score=null")
 
 
 def mlp_agent_best(seed: int, max_steps: int) -> float:
