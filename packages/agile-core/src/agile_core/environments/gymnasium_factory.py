@@ -101,7 +101,7 @@ def make_vector_env(spec: GymEnvSpec, base_dir: str | Path = ".", seed: int | No
         for wrap, wrapper in zip(vector_wrappers, spec.wrappers, strict=True):
             env = wrap(env, **wrapper.kwargs)
         # how a population loop builds the same env with more sub-envs (one slice per agent)
-        env.agile_widen = partial(make_vector_env, spec, base_dir, check=False)
+        env.agile_widen = partial(make_vector_env, spec, base_dir, check=False)  # type: ignore[attr-defined]
     else:
         factory = EnvFactory(spec.model_dump(mode="json"), str(base_dir), render_mode)
         if check and spec.is_custom:

@@ -155,17 +155,27 @@ class StackedLstmLayer(nn.Module):
             keep = (~starts[:, :, 0]).to(x.dtype).unsqueeze(-1)
             h, c = h * keep, c * keep
         step = x.view(members, batch, inputs)
-        size = self.hidden_size
         gates = torch.baddbmm(bias, torch.cat([step, h], dim=-1), weight)
-        act = torch.sigmoid(gates)
-        torch.tanh(gates[..., 2 * size:3 * size], out=act[..., 2 * size:3 * size])
-        i, f, g, o = act.chunk(4, dim=-1)
-        c = torch.addcmul(f * c, i, g)
-        h = o * torch.tanh(c)
+        h, c = _cell(gates, c, torch.empty_like(gates))
         out = h.unsqueeze(2)  # [P, B, 1, H]
         if self.residual:
             out = x + self.gate.view(members, 1, 1, 1) * out
         return out, (h.unsqueeze(1), c.unsqueeze(1))
+
+
+def _cell(gates: torch.Tensor, c: torch.Tensor, act: torch.Tensor, *, c_out: torch.Tensor | None = None,
+          tanh_c_out: torch.Tensor | None = None, h_out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """One LSTM step from the gate pre-activations `gates` ``[P, B, 4H]`` (blocks ``i, f, g, o``)
+    and the cell state `c`: writes the activations into `act` (``sigmoid``, ``tanh`` for ``g``)
+    and, when given, the new cell state, its ``tanh`` and the new hidden state into the `*_out`
+    tensors. Returns the new ``(h, c)``."""
+    size = gates.shape[-1] // 4
+    g_rows = slice(2 * size, 3 * size)
+    torch.sigmoid(gates, out=act)
+    torch.tanh(gates[..., g_rows], out=act[..., g_rows])
+    i, f, g, o = act.chunk(4, dim=-1)
+    c = torch.addcmul(f * c, i, g, out=c_out)
+    return torch.mul(o, torch.tanh(c, out=tanh_c_out), out=h_out), c
 
 
 def _recur(projected: torch.Tensor, recurrent: torch.Tensor, h: torch.Tensor, c: torch.Tensor,
@@ -175,24 +185,16 @@ def _recur(projected: torch.Tensor, recurrent: torch.Tensor, h: torch.Tensor, c:
     gate activations ``[T, P, B, 4H]`` (``sigmoid`` of ``i, f, o``, ``tanh`` of ``g``), the cell
     states and their ``tanh`` per step, and the final ``(h, c)``."""
     steps, _, _, width = projected.shape
-    size = width // 4
-    g_rows = slice(2 * size, 3 * size)
     transposed = recurrent.transpose(1, 2)
-    hs = projected.new_empty(*projected.shape[:3], size)
+    hs = projected.new_empty(*projected.shape[:3], width // 4)
     cs, tanh_c = torch.empty_like(hs), torch.empty_like(hs)
     acts = torch.empty_like(projected)
     restarts = [True] * steps if keep is None else (keep[:, :, :, 0] < 1).flatten(1).any(dim=1).tolist()
     for t in range(steps):
         if keep is not None and restarts[t]:
             h, c = h * keep[t], c * keep[t]
-        act = acts[t]
         gates = torch.baddbmm(projected[t], h, transposed)
-        torch.sigmoid(gates, out=act)
-        torch.tanh(gates[..., g_rows], out=act[..., g_rows])
-        i, f, g, o = act.chunk(4, dim=-1)
-        c = torch.addcmul(f * c, i, g, out=cs[t])
-        torch.tanh(c, out=tanh_c[t])
-        h = torch.mul(o, tanh_c[t], out=hs[t])
+        h, c = _cell(gates, c, acts[t], c_out=cs[t], tanh_c_out=tanh_c[t], h_out=hs[t])
     return hs, acts, cs, tanh_c, h, c
 
 
