@@ -23,7 +23,9 @@ from agile_core.networks import (
     StochasticActor,
     ValueNetwork,
     from_config,
+    mean_weights,
 )
+from agile_core.networks.stacked import stack_modules
 
 TOL = 1e-5
 OBS = spaces.Box(-1, 1, (6,))
@@ -192,6 +194,27 @@ def test_rainbow_noisy_layers() -> None:
     expected = x @ (layer.weight_mu + layer.weight_sigma * torch.outer(layer.eps_out, layer.eps_in)).T
     expected = expected + layer.bias_mu + layer.bias_sigma * layer.eps_out
     assert torch.allclose(layer(x), expected, atol=1e-6)
+
+
+def test_mean_weights_switch_off_the_noise_of_single_and_stacked_layers_without_a_mode_change() -> None:
+    nets = [_make("rainbow", seed) for seed in range(3)]
+    stacked = stack_modules(nets)
+    obs = _obs("rainbow")
+    for net in nets:
+        net.reset_noise()
+    for net in nets:
+        net.eval()
+    mean_q = [net(obs) for net in nets]
+    for net in nets:
+        net.train()
+    with mean_weights():
+        for net, expected in zip(nets, mean_q, strict=True):
+            assert torch.equal(net(obs), expected)
+        members = stacked(obs.expand(len(nets), *obs.shape))
+    for member, expected in zip(members, mean_q, strict=True):
+        assert torch.allclose(member, expected, atol=1e-5)
+    assert all(net.training for net in nets) and stacked.training
+    assert _diff(nets[0](obs), mean_q[0]) > 1e-6  # noise is back outside the block
 
 
 def test_gaussian_log_prob_matches_torch_normal() -> None:

@@ -289,6 +289,25 @@ def test_members_share_weights_with_their_group_and_a_changed_member_makes_it_st
                                                                 strict=True))
 
 
+def test_each_copy_runs_twin_critics_in_one_call_and_a_frozen_stack_passes_gradients_through() -> None:
+    agents = box_agents(TD3)
+    group = MemberGroup(agents)
+    obs = torch.randn(len(agents), 5, BOX_OBS.shape[0])
+    actions = torch.rand(len(agents), 5, BOX_ACT.shape[0], requires_grad=True)
+    values = group.each_copy("critics", obs, actions)
+    assert values.shape == (2, len(agents), 5, 1)
+    for index, agent in enumerate(agents):
+        for k, critic in enumerate((agent.critic_1, agent.critic_2)):
+            assert torch.allclose(values[k, index], critic(obs[index], actions[index]), atol=1e-5)
+    critic_params = list(group.nets["critics"].parameters())
+    with group.frozen_stack("critics"):
+        assert not any(param.requires_grad for param in critic_params)
+        group.each_copy("critics", obs, actions).sum().backward()
+    assert all(param.requires_grad for param in critic_params)
+    assert actions.grad is not None and bool(actions.grad.abs().sum() > 0)
+    assert all(param.grad is None or not bool(param.grad.any()) for param in critic_params)
+
+
 def test_agents_that_do_not_stack_act_in_groups_of_their_own() -> None:
     def agents() -> list[DDPG]:
         fewer = TD3(BOX_OBS, BOX_ACT, net_config={**BOX_NET, "encoder_config": {"hidden_size": [32, 32]}}, seed=9,

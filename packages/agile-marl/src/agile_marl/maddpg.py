@@ -470,17 +470,13 @@ class MADDPG(MultiAgentAgent):
         """Agent `agent`'s actor update for the `due` members: ascend its first critic along its own
         action (the other agents' actions as replayed). Returns the losses ``[P]``."""
         first = cast(MADDPG, group.members[0])
-        critics = group.nets[cls.net_name("critics", agent)]
-        critics.requires_grad_(False)  # the gradient flows through the critic, not into it
-        try:
+        with group.frozen_stack(cls.net_name("critics", agent)):  # the gradient flows through the critic, not into it
             own = cls._policy_actions(group, agent, obs, batch.weights, due)
             joint = torch.cat([own if other == agent else taken[other] for other in first.agent_ids], dim=-1)
             q_values = cls._critic_values(group, agent, "critics", joint_obs, joint)[0]
             weights = batch.weights * batch.mask[agent].to(batch.weights.dtype)
             losses = -(q_values * weights).sum(dim=1)
             group.step(cls.net_name("actor_optimizer", agent), losses, due)
-        finally:
-            critics.requires_grad_(True)
         return losses.detach()
 
     # ------------------------------------------------------------------ learning helpers
@@ -542,12 +538,7 @@ class MADDPG(MultiAgentAgent):
     @classmethod
     def _critic_values(cls, group: MemberGroup, agent: str, role: str, obs: Any, actions: torch.Tensor) -> torch.Tensor:
         """``Q_k(x, a)`` ``[K, P, B]`` of agent `agent`'s ``K`` critics (`role`: critics or critic_targets)."""
-        stack = cls.net_name(role, agent)
-        repeat = len(group.stacks[stack])
-        if repeat > 1:
-            obs = _repeat_members(obs, repeat)
-            actions = actions.repeat(repeat, 1, 1)
-        return group.nets[stack](obs, actions).reshape(repeat, len(group), -1)
+        return group.each_copy(cls.net_name(role, agent), obs, actions)[..., 0]
 
     # ------------------------------------------------------------------ checkpoints
     def extra_tensors(self) -> dict[str, Any]:
@@ -573,9 +564,3 @@ def _sizes(weights: torch.Tensor) -> list[int]:
     """Each member's own rows (those with a positive weight)."""
     return [int(size) for size in (weights > 0).sum(dim=1).tolist()]
 
-
-def _repeat_members(obs: Any, repeat: int) -> Any:
-    """Inputs ``[P, ...]`` (tensor or dict of them) repeated to ``[repeat * P, ...]``."""
-    if isinstance(obs, dict):
-        return {key: _repeat_members(value, repeat) for key, value in obs.items()}
-    return obs.repeat(repeat, *[1] * (obs.dim() - 1))

@@ -425,15 +425,11 @@ class DDPG(SingleAgentAlgorithm):
         group.step("critic_optimizer", critic_losses.reshape(-1), active)
         actor_losses = None
         if any(due):
-            critics = group.nets["critics"]
-            critics.requires_grad_(False)  # the actor's gradient flows through the critics, not into them
-            try:
+            with group.frozen_stack("critics"):  # the actor's gradient flows through the critics, not into them
                 first_critic = group.copy_of("critics", 0)  # the actor's objective: Q_1 alone
                 q_values = first_critic(obs, cls._policy_actions(group, "actor", obs)).reshape(members, rows)
                 actor_losses = -(q_values * batch.weights).sum(dim=1)
                 group.step("actor_optimizer", actor_losses, due)
-            finally:
-                critics.requires_grad_(True)
             tau = group.column("tau")
             group.soft_update("actor_target", "actor", tau, due)
             group.soft_update("critic_targets", "critics", tau, due)
@@ -464,12 +460,7 @@ class DDPG(SingleAgentAlgorithm):
     @staticmethod
     def _critic_values(group: MemberGroup, stack: str, obs: Any, actions: torch.Tensor) -> torch.Tensor:
         """``Q_k(s, a)`` ``[K, P, rows]`` of every member's ``K`` critics in `stack`."""
-        repeat = len(group.stacks[stack])
-        members = len(group)
-        if repeat > 1:
-            obs = _repeat_members(obs, repeat)
-            actions = actions.repeat(repeat, 1, 1)
-        return group.nets[stack](obs, actions).reshape(repeat, members, -1)
+        return group.each_copy(stack, obs, actions)[..., 0]
 
     # ------------------------------------------------------------------ evaluation
     def test(self, env: gym.Env | VectorEnv, swap_channels: bool = False, max_steps: int | None = None,
@@ -502,11 +493,3 @@ class DDPG(SingleAgentAlgorithm):
             if saved.shape == self.exploration.state.shape:
                 self.exploration.state = saved.copy()
 
-
-def _repeat_members(obs: Any, repeat: int) -> Any:
-    """Inputs ``[P, ...]`` (tensor, dict or tuple of them) repeated to ``[repeat * P, ...]``."""
-    if isinstance(obs, dict):
-        return {key: _repeat_members(value, repeat) for key, value in obs.items()}
-    if isinstance(obs, tuple):
-        return tuple(_repeat_members(value, repeat) for value in obs)
-    return obs.repeat(repeat, *[1] * (obs.dim() - 1))

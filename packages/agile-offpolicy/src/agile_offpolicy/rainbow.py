@@ -28,6 +28,7 @@ each member draws its own noise); ``learn`` and ``get_action`` are their ``P = 1
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from typing import Any, ClassVar, cast
 
 import gymnasium as gym
@@ -47,7 +48,7 @@ from agile_core.networks import (
     RainbowQNetwork,
     preprocess_observation,
 )
-from agile_core.networks.noisy import draw_factorised_noise
+from agile_core.networks.noisy import draw_factorised_noise, mean_weights
 from agile_core.specs.network import NetworkSpec
 from agile_core.training.evaluation import evaluate_policy
 from agile_offpolicy.population import ReplayPopulationBatch
@@ -280,12 +281,10 @@ class RainbowDQN(SingleAgentAlgorithm):
         mask, when given, restricts its choice."""
         del epsilons
         online = group.nets["actor"]
-        if online.training != training:
-            online.train(training)
-        with torch.no_grad():
-            q_values = online(inputs, "q")
         if not online.training:
             online.train()
+        with torch.no_grad(), (nullcontext() if training else mean_weights()):
+            q_values = online(inputs, "q")
         first = group.members[0]
         if action_masks is not None:
             allowed = torch.stack([torch.as_tensor(np.asarray(mask, dtype=bool).reshape(q_values.shape[1:]))

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
     from agile_core.algorithms.base import EvolvableAlgorithm
 
 __all__ = ["MemberGroup", "PopulationBatch", "StaleGroupError", "forward_with_free_rows", "group_key", "make_member_groups",
-           "member_rows", "with_member_axis"]
+           "member_rows", "repeat_members", "with_member_axis"]
 
 
 class StaleGroupError(RuntimeError):
@@ -116,6 +117,14 @@ def member_rows(obs: Any, members: int) -> Any:
         array = field if isinstance(field, torch.Tensor) else np.asarray(field)
         return array.reshape(members, -1, *array.shape[1:])
     return split(obs)
+
+
+def repeat_members(inputs: Any, repeat: int) -> Any:
+    """Inputs ``[P, ...]`` (a tensor, or dicts and tuples of them) as ``[repeat * P, ...]``: every
+    member's rows once for each of the ``K = repeat`` networks it has in a stack."""
+    if repeat == 1:
+        return inputs
+    return _map(lambda tensor: torch.cat([tensor] * repeat), inputs)
 
 
 def forward_with_free_rows(network: nn.Module, inputs: Any, free_inputs: Any) -> tuple[Any, Any]:
@@ -306,6 +315,29 @@ class MemberGroup:
                 part = member_range(whole, index * self.size, (index + 1) * self.size)
             cache[key] = part
         return part
+
+    def each_copy(self, stack: str, *inputs: Any) -> torch.Tensor:
+        """Every member's ``K`` networks of `stack` on the member's inputs ``[P, rows, ...]``, as one
+        call: outputs ``[K, P, rows, ...]``."""
+        repeat = len(self.stacks[stack])
+        out = self.nets[stack](*repeat_members(inputs, repeat))
+        return out.reshape(repeat, self.size, *out.shape[1:])
+
+    @contextmanager
+    def frozen_stack(self, stack: str) -> Iterator[None]:
+        """Within this block gradients flow through `stack`'s networks but not into their
+        parameters (e.g. an actor's objective through its critics)."""
+        cache: dict[str, list[torch.Tensor]] = self.__dict__.setdefault("_stack_parameters", {})
+        params = cache.get(stack)
+        if params is None:
+            params = cache[stack] = [param for param in self.nets[stack].parameters() if param.requires_grad]
+        for param in params:
+            param.requires_grad_(False)
+        try:
+            yield
+        finally:
+            for param in params:
+                param.requires_grad_(True)
 
     # ------------------------------------------------------------------ validity
     def is_current(self) -> bool:

@@ -38,7 +38,7 @@ from agile_core.networks.lstm import EvolvableLSTM, HiddenState
 from agile_core.networks.mlp import EvolvableMLP
 from agile_core.networks.multi_input import EvolvableMultiInput
 from agile_core.networks.network import EvolvableNetwork, build_head
-from agile_core.networks.noisy import NoisyLinear
+from agile_core.networks.noisy import NoisyLinear, mean_weights
 from agile_core.networks.preprocessing import (
     Observation,
     preprocess_observation,
@@ -85,6 +85,7 @@ __all__ = [
     "from_config",
     "infer_arch",
     "make_activation",
+    "mean_weights",
     "mutation",
     "preprocess_observation",
     "preprocess_population_observation",

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import torch
 import torch.nn.functional as F
@@ -11,6 +13,25 @@ from torch import nn
 from torch.nn.utils import skip_init
 
 from agile_core.networks.resize import IndexMap, new_units, remap, uniform
+
+_MEAN_WEIGHTS: ContextVar[bool] = ContextVar("agile_noisy_mean_weights", default=False)
+
+
+@contextmanager
+def mean_weights() -> Iterator[None]:
+    """Within this block noisy layers use their mean weights, as in evaluation mode, without
+    switching any module's mode (greedy acting does this every step: a mode switch walks the
+    whole module tree twice)."""
+    token = _MEAN_WEIGHTS.set(True)
+    try:
+        yield
+    finally:
+        _MEAN_WEIGHTS.reset(token)
+
+
+def noise_on(layer: nn.Module) -> bool:
+    """Whether noisy `layer` applies its noise now: in training mode, outside :func:`mean_weights`."""
+    return layer.training and not _MEAN_WEIGHTS.get()
 
 
 def draw_factorised_noise(layers: Sequence[NoisyLinear], generator: torch.Generator | None = None) -> None:
@@ -34,7 +55,7 @@ def draw_factorised_noise(layers: Sequence[NoisyLinear], generator: torch.Genera
 class NoisyLinear(nn.Module):
     """``y = (mu_w + sigma_w * eps_w) x + mu_b + sigma_b * eps_b`` with ``eps_w = f(eps_out) f(eps_in)^T``.
 
-    Noise is applied in training mode only; evaluation mode uses the mean weights. The factor
+    Noise is applied in training mode only; evaluation mode (or :func:`mean_weights`) uses the mean weights. The factor
     vectors are persistent buffers so a clone or a state-dict copy reproduces the same noise.
     """
 
@@ -89,7 +110,7 @@ class NoisyLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Noisy affine map in training mode, mean affine map in evaluation mode."""
-        if not self.training:
+        if not noise_on(self):
             return F.linear(x, self.weight_mu, self.bias_mu)
         weight = self.weight_mu + self.weight_sigma * torch.outer(self.eps_out, self.eps_in)
         bias = self.bias_mu + self.bias_sigma * self.eps_out

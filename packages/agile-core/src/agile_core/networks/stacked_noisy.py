@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from agile_core.networks.noisy import NoisyLinear
+from agile_core.networks.noisy import NoisyLinear, noise_on
 
 __all__ = ["StackedNoisyLinear"]
 
@@ -65,7 +65,7 @@ class StackedNoisyLinear(nn.Module):
         if x.dim() != 3:
             flat = x.reshape(x.shape[0], -1, x.shape[-1])
             return self.forward(flat).reshape(*x.shape[:-1], self.weight_mu.shape[1])
-        if not self.training:
+        if not noise_on(self):
             return torch.baddbmm(self.bias_mu.unsqueeze(1), x, self.weight_mu.transpose(1, 2))
         weight = self.weight_mu + self.weight_sigma * (self.eps_out.unsqueeze(2) * self.eps_in.unsqueeze(1))
         bias = self.bias_mu + self.bias_sigma * self.eps_out
