@@ -74,6 +74,25 @@ def _print_learn_case(algorithm: str, pop: int, batch_size: int, hidden: int, lo
                       "one_by_one_vs_one_agent": round(loop_ms / single, 2)}), flush=True)
 
 
+def _print_fit(algorithm: str, points: list[tuple[int, float]]) -> None:
+    """With two or more population sizes: the least-squares line ``stacked_ms = fixed + per_member * P``
+    and the ratio it implies over agents one by one when each costs ``fixed + per_member`` (the
+    ``P = 1`` case of the same step): ``P (fixed + per_member) / (fixed + P * per_member)``. Work done
+    once per call (``fixed``) is paid once by a group but P times one by one, work done per member is
+    paid P times either way: a saving in the per-call work speeds up both and narrows the ratio, a
+    saving in the per-member work widens it."""
+    if len({pop for pop, _ in points}) < 2:
+        return
+    import numpy as np
+
+    pops = np.array([pop for pop, _ in points], dtype=float)
+    per_member, fixed = (float(value) for value in np.polyfit(pops, np.array([ms for _, ms in points]), 1))
+    ratios = {str(pop): round(pop * (fixed + per_member) / (fixed + pop * per_member), 2)
+              for pop in sorted({pop for pop, _ in points})}
+    print(json.dumps({"case": "learn_fit", "algorithm": algorithm, "fixed_ms": round(fixed, 3),
+                      "per_member_ms": round(per_member, 3), "implied_one_by_one_over_stacked": ratios}), flush=True)
+
+
 def bench_learn(algorithm: str, pops: list[int], repeats: int, batch_size: int, hidden: int,
                 first_member: str = "same") -> None:
     """Per-step cost of P off-policy agents (DQN on CartPole-sized spaces, TD3 on Pendulum-sized
@@ -111,6 +130,7 @@ def bench_learn(algorithm: str, pops: list[int], repeats: int, batch_size: int, 
                rng.uniform(-1, 1, (rows, dim)).astype(np.float32), rng.random(rows) < 0.05)
 
     single: float | None = None
+    points: list[tuple[int, float]] = []
     for pop in pops:
         agents: list = [make(i) for i in range(pop)]
         if first_member != "same":
@@ -131,6 +151,8 @@ def bench_learn(algorithm: str, pops: list[int], repeats: int, batch_size: int, 
         if single is None:
             single = loop_ms / pop
         _print_learn_case(algorithm.upper(), pop, batch_size, hidden, loop_ms, stacked_ms, single, digits=3)
+        points.append((pop, stacked_ms))
+    _print_fit(algorithm.upper(), points)
 
 
 def bench_learn_rainbow(pops: list[int], repeats: int, batch_size: int, hidden: int, rounds: int = 5) -> None:
@@ -167,6 +189,7 @@ def bench_learn_rainbow(pops: list[int], repeats: int, batch_size: int, hidden: 
         return (time.process_time() - start) / repeats * 1e3
 
     single: float | None = None
+    points: list[tuple[int, float]] = []
     for pop in pops:
         agents = [RainbowDQN(obs_space, act_space, net_config=net, seed=i, batch_size=batch_size, lr=1e-4)
                   for i in range(pop)]
@@ -192,6 +215,8 @@ def bench_learn_rainbow(pops: list[int], repeats: int, batch_size: int, hidden: 
         if single is None:
             single = loop_ms / pop
         _print_learn_case("RAINBOW", pop, batch_size, hidden, loop_ms, stacked_ms, single, digits=3)
+        points.append((pop, stacked_ms))
+    _print_fit("RAINBOW", points)
 
 
 def bench_learn_ppo(pops: list[int], repeats: int, batch_size: int, hidden: int, recurrent: bool = False) -> None:
@@ -222,6 +247,7 @@ def bench_learn_ppo(pops: list[int], repeats: int, batch_size: int, hidden: int,
         return buffer
 
     single: float | None = None
+    points: list[tuple[int, float]] = []
     for pop in pops:
         agents = [PPO(obs_space, act_space, net_config=net, seed=i, learn_step=1024, batch_size=batch_size, lr=1e-3,
                       update_epochs=4, ent_coef=0.0, **options) for i in range(pop)]
@@ -242,6 +268,8 @@ def bench_learn_ppo(pops: list[int], repeats: int, batch_size: int, hidden: int,
             single = loop_ms / pop
         _print_learn_case("RECURRENT_PPO" if recurrent else "PPO", pop, batch_size, hidden, loop_ms, stacked_ms, single,
                           digits=2)
+        points.append((pop, stacked_ms))
+    _print_fit("RECURRENT_PPO" if recurrent else "PPO", points)
 
 
 def bench_train(manifest: str, pops: list[int], batching: list[bool], overrides: list[str]) -> None:
