@@ -9,6 +9,8 @@ One JSON line per case, so runs can be compared over time:
     OMP_NUM_THREADS=1 uv run python benchmarks/population.py learn --algorithm rainbow --pops 4  # PER + n-step
     OMP_NUM_THREADS=1 uv run python benchmarks/population.py train configs/training/dqn_cartpole.yaml \\
         --pops 1 4 8 --set training.target_score=null
+    OMP_NUM_THREADS=1 uv run python benchmarks/population.py train configs/training/td3_pendulum.yaml \\
+        --pops 4 --batching side-by-side --set training.target_score=null
     OMP_NUM_THREADS=1 uv run python benchmarks/population.py floor CartPole-v1 --num-envs 8
 
 ``learn``: milliseconds per learning step of P identical-architecture DQN agents, one by one
@@ -28,7 +30,10 @@ the child's peak RSS and ``profile`` the share of the profiled wall time per sec
 framework's own bookkeeping plus evaluation, evolution, checkpoints, logging and setup;
 ``loop_overhead_share`` the same without setup, i.e. of the training loop alone);
 ``learn_calls`` counts learning calls (one per group and round when batched, one per agent and
-step otherwise). ``floor``: the same vector env stepped with
+step otherwise). ``--batching side-by-side`` runs the one-by-one run on one core while batched runs
+repeat on the other until it ends, and prints the ratio of their CPU times (the one-by-one run's
+over the median batched run's): on a machine whose speed drifts between runs minutes apart, both
+ways then see the same minutes. ``floor``: the same vector env stepped with
 random actions and nothing else.
 """
 
@@ -272,45 +277,88 @@ def bench_learn_ppo(pops: list[int], repeats: int, batch_size: int, hidden: int,
     _print_fit("RECURRENT_PPO" if recurrent else "PPO", points)
 
 
+def _start_train(manifest: str, pop: int, batch: bool, overrides: list[str]) -> tuple[subprocess.Popen[str], str, float]:
+    """Launch one whole-process ``agile train --profile`` (in a child that reports its peak RSS and CPU time)."""
+    run_dir = tempfile.mkdtemp(prefix="agile-pop-bench-")
+    command = [sys.executable, "-m", "agile_cli.main", "train", manifest, "--quiet", "--profile",
+               "--run-dir", run_dir, "--set", f"training.pop_size={pop}",
+               "--set", f"training.batch_population={str(batch).lower()}"]
+    for override in overrides:
+        command += ["--set", override]
+    process = subprocess.Popen([sys.executable, "-c", RSS_CHILD, *command], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
+    return process, run_dir, time.perf_counter()
+
+
+def _finish_train(run: tuple[subprocess.Popen[str], str, float], manifest: str, pop: int, batch: bool,
+                  overrides: list[str]) -> dict[str, object] | None:
+    """Wait for a run of :func:`_start_train` and print its JSON line; return it (None if it failed)."""
+    process, run_dir, started = run
+    stdout, stderr = process.communicate()
+    wall = time.perf_counter() - started
+    last = stdout.strip().splitlines()[-1].split() if stdout.strip() else ["0", "1", "0"]
+    rss_kb, code, cpu = int(last[0]), int(last[1]), float(last[2])
+    if code != 0:
+        print(json.dumps({"case": "train", "manifest": manifest, "pop_size": pop, "batched": batch,
+                          "error": stderr[-2000:]}), flush=True)
+        return None
+    summary = json.loads((Path(run_dir) / "summary.json").read_text())
+    profile = json.loads((Path(run_dir) / "profile.json").read_text())
+    steps = summary["total_steps"]
+    updates = sum(agent.get("learn_steps", 0) for agent in summary["agents"])
+    core = sum(profile[name]["share"] for name in ("env", "act", "sample", "learn"))
+    training = profile["total"]["seconds"] - profile["setup"]["seconds"]
+    loop_core = sum(profile[name]["seconds"] for name in ("env", "act", "sample", "learn"))
+    result = {
+        "case": "train", "manifest": manifest, "overrides": overrides, "pop_size": pop, "batched": batch,
+        "env_steps": steps, "wall_s": round(wall, 2), "steps_per_s": round(steps / wall),
+        "cpu_s": round(cpu, 2), "steps_per_cpu_s": round(steps / cpu) if cpu else None,
+        "updates_per_s": round(updates / wall, 1), "peak_rss_mb": round(rss_kb / 1024, 1),
+        "best_fitness": max(agent["fitness"] for agent in summary["agents"]),
+        "target_reached": summary["target_reached"],
+        "profile": {name: row["share"] for name, row in profile.items() if name != "total"},
+        "learn_calls": profile["learn"]["calls"],
+        "overhead_share": round(1.0 - core, 3),
+        "loop_overhead_share": round(1.0 - loop_core / training, 3) if training > 0 else None,
+    }
+    print(json.dumps(result), flush=True)
+    return result
+
+
 def bench_train(manifest: str, pops: list[int], batching: list[bool], overrides: list[str]) -> None:
-    """Whole-process `agile train` runs."""
+    """Whole-process `agile train` runs, one after the other."""
     for pop in pops:
         for batch in batching:
-            run_dir = tempfile.mkdtemp(prefix="agile-pop-bench-")
-            command = [sys.executable, "-m", "agile_cli.main", "train", manifest, "--quiet", "--profile",
-                       "--run-dir", run_dir, "--set", f"training.pop_size={pop}",
-                       "--set", f"training.batch_population={str(batch).lower()}"]
-            for override in overrides:
-                command += ["--set", override]
-            started = time.perf_counter()
-            out = subprocess.run([sys.executable, "-c", RSS_CHILD, *command], capture_output=True, text=True,
-                                 env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
-            wall = time.perf_counter() - started
-            last = out.stdout.strip().splitlines()[-1].split() if out.stdout.strip() else ["0", "1", "0"]
-            rss_kb, code, cpu = int(last[0]), int(last[1]), float(last[2])
-            if code != 0:
-                print(json.dumps({"case": "train", "manifest": manifest, "pop_size": pop, "batched": batch,
-                                  "error": out.stderr[-2000:]}), flush=True)
-                continue
-            summary = json.loads((Path(run_dir) / "summary.json").read_text())
-            profile = json.loads((Path(run_dir) / "profile.json").read_text())
-            steps = summary["total_steps"]
-            updates = sum(agent.get("learn_steps", 0) for agent in summary["agents"])
-            core = sum(profile[name]["share"] for name in ("env", "act", "sample", "learn"))
-            training = profile["total"]["seconds"] - profile["setup"]["seconds"]
-            loop_core = sum(profile[name]["seconds"] for name in ("env", "act", "sample", "learn"))
-            print(json.dumps({
-                "case": "train", "manifest": manifest, "overrides": overrides, "pop_size": pop, "batched": batch,
-                "env_steps": steps, "wall_s": round(wall, 2), "steps_per_s": round(steps / wall),
-                "cpu_s": round(cpu, 2), "steps_per_cpu_s": round(steps / cpu) if cpu else None,
-                "updates_per_s": round(updates / wall, 1), "peak_rss_mb": round(rss_kb / 1024, 1),
-                "best_fitness": max(agent["fitness"] for agent in summary["agents"]),
-                "target_reached": summary["target_reached"],
-                "profile": {name: row["share"] for name, row in profile.items() if name != "total"},
-                "learn_calls": profile["learn"]["calls"],
-                "overhead_share": round(1.0 - core, 3),
-                "loop_overhead_share": round(1.0 - loop_core / training, 3) if training > 0 else None,
-            }), flush=True)
+            _finish_train(_start_train(manifest, pop, batch, overrides), manifest, pop, batch, overrides)
+
+
+def bench_train_side_by_side(manifest: str, pops: list[int], overrides: list[str]) -> None:
+    """For each pop size, the one-by-one run on one core while batched runs follow each other on the
+    other, until it ends: both ways see the same machine over the same minutes (this machine's speed
+    drifts by a third between runs minutes apart). Prints every run, then the ratio of the one-by-one
+    run's CPU time to the median batched run's (compare CPU times: the one-by-one run's ``wall_s``
+    runs until the last batched run ends)."""
+    import statistics
+
+    for pop in pops:
+        alone = _start_train(manifest, pop, False, overrides)
+        batched: list[float] = []
+        while True:
+            result = _finish_train(_start_train(manifest, pop, True, overrides), manifest, pop, True, overrides)
+            if result is None:
+                break
+            batched.append(float(result["cpu_s"]))  # type: ignore[arg-type]
+            if alone[0].poll() is not None:
+                break
+        one_by_one = _finish_train(alone, manifest, pop, False, overrides)
+        if one_by_one is None or not batched:
+            continue
+        median = statistics.median(batched)
+        print(json.dumps({"case": "train_side_by_side", "manifest": manifest, "overrides": overrides, "pop_size": pop,
+                          "batched_cpu_s": batched, "one_by_one_cpu_s": one_by_one["cpu_s"],
+                          "one_by_one_over_batched": round(float(one_by_one["cpu_s"]) / median, 2)}),  # type: ignore[arg-type]
+              flush=True)
 
 
 def bench_floor(env_id: str, num_envs: int, steps: int) -> None:
@@ -346,7 +394,8 @@ def main(argv: list[str] | None = None) -> int:
     train = sub.add_parser("train", help="whole-process agile train runs")
     train.add_argument("manifest")
     train.add_argument("--pops", type=int, nargs="+", default=[1, 4, 8])
-    train.add_argument("--batching", choices=["on", "off", "both"], default="both")
+    train.add_argument("--batching", choices=["on", "off", "both", "side-by-side"], default="both",
+                       help="side-by-side: one by one on one core while batched runs repeat on the other")
     train.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     floor = sub.add_parser("floor", help="random actions, no learning")
     floor.add_argument("env")
@@ -361,6 +410,8 @@ def main(argv: list[str] | None = None) -> int:
     elif args.kind == "learn":
         bench_learn(args.algorithm, args.pops, args.repeats or 300,
                     args.batch_size or (64 if args.algorithm == "dqn" else 128), args.hidden, args.first_member)
+    elif args.kind == "train" and args.batching == "side-by-side":
+        bench_train_side_by_side(args.manifest, args.pops, args.overrides)
     elif args.kind == "train":
         modes = {"on": [True], "off": [False], "both": [True, False]}[args.batching]
         bench_train(args.manifest, args.pops, modes, args.overrides)
