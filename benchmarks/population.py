@@ -13,7 +13,7 @@ One JSON line per case, so runs can be compared over time:
         --pops 4 --batching side-by-side --set training.target_score=null
     OMP_NUM_THREADS=1 uv run python benchmarks/population.py floor CartPole-v1 --num-envs 8
 
-``learn``: milliseconds per learning step of P identical-architecture DQN agents, one by one
+``learn``: CPU milliseconds per learning step of P identical-architecture DQN agents, one by one
 (``DQN.learn`` per agent: a group of one each) and as one group (``DQN.learn_population`` on a
 ``MemberGroup`` of P), with the ratio to one agent's ``DQN.learn`` (``--algorithm td3``: the same
 for TD3 on Pendulum-sized spaces; ``--algorithm ppo``: one PPO update, ``update_epochs`` passes over a
@@ -67,6 +67,40 @@ def _per_call_ms(fn: Callable[[], object], warmup: int, repeats: int) -> float:
     return (time.perf_counter() - start) / repeats * 1e3
 
 
+def _alternated_cpu_ms(cases: dict[int, tuple[Callable[[], object], Callable[[], object]]], repeats: int,
+                       rounds: int = 5, warmup: int = 10) -> dict[int, tuple[float, float]]:
+    """Median process-CPU milliseconds per call of each pop size's ``(one_by_one, stacked)`` pair,
+    timed in `rounds` rounds of `repeats` calls that alternate over every pair and both ways, so a
+    drift of the machine's speed falls on all of them alike."""
+    import statistics
+
+    def cpu_ms(fn: Callable[[], object]) -> float:
+        start = time.process_time()
+        for _ in range(repeats):
+            fn()
+        return (time.process_time() - start) / repeats * 1e3
+
+    for pair in cases.values():
+        for fn in pair:
+            for _ in range(warmup):
+                fn()
+    times: dict[int, tuple[list[float], list[float]]] = {pop: ([], []) for pop in cases}
+    for _ in range(rounds):
+        for pop, (one_by_one, stacked) in cases.items():
+            times[pop][0].append(cpu_ms(one_by_one))
+            times[pop][1].append(cpu_ms(stacked))
+    return {pop: (statistics.median(loops), statistics.median(stacks)) for pop, (loops, stacks) in times.items()}
+
+
+def _print_learn_cases(algorithm: str, medians: dict[int, tuple[float, float]], batch_size: int, hidden: int) -> None:
+    """A line per pop size (the first one's one-by-one cost per agent is "one agent"), then the fit."""
+    first = min(medians)
+    single = medians[first][0] / first
+    for pop, (loop_ms, stacked_ms) in sorted(medians.items()):
+        _print_learn_case(algorithm, pop, batch_size, hidden, loop_ms, stacked_ms, single, digits=3)
+    _print_fit(algorithm, [(pop, stacked_ms) for pop, (_, stacked_ms) in medians.items()])
+
+
 def _print_learn_case(algorithm: str, pop: int, batch_size: int, hidden: int, loop_ms: float, stacked_ms: float,
                       single: float, digits: int) -> None:
     """One JSON line comparing one-by-one and stacked learning with one agent's cost."""
@@ -101,8 +135,10 @@ def _print_fit(algorithm: str, points: list[tuple[int, float]]) -> None:
 def bench_learn(algorithm: str, pops: list[int], repeats: int, batch_size: int, hidden: int,
                 first_member: str = "same") -> None:
     """Per-step cost of P off-policy agents (DQN on CartPole-sized spaces, TD3 on Pendulum-sized
-    ones) learning, one by one vs stacked; `first_member` "new-layer" or "new-nodes" gives the
-    first agent an architecture mutation of that kind (a mixed group pads to it)."""
+    ones) learning, one by one vs stacked, in process CPU time: medians of rounds that alternate
+    over every pop size and both ways (see :func:`_alternated_cpu_ms`); `first_member` "new-layer"
+    or "new-nodes" gives the first agent an architecture mutation of that kind (a mixed group pads
+    to it)."""
     import numpy as np
     from gymnasium import spaces
 
@@ -134,8 +170,7 @@ def bench_learn(algorithm: str, pops: list[int], repeats: int, batch_size: int, 
     memory.add(rng.uniform(-1, 1, (rows, dim)).astype(np.float32), actions, rng.normal(size=rows).astype(np.float32),
                rng.uniform(-1, 1, (rows, dim)).astype(np.float32), rng.random(rows) < 0.05)
 
-    single: float | None = None
-    points: list[tuple[int, float]] = []
+    cases = {}
     for pop in pops:
         agents: list = [make(i) for i in range(pop)]
         if first_member != "same":
@@ -145,19 +180,13 @@ def bench_learn(algorithm: str, pops: list[int], repeats: int, batch_size: int, 
             for agent in agents:
                 agent.learn(memory.sample(agent.batch_size, agent.rng))
 
-        loop_ms = _per_call_ms(one_by_one, 20, repeats)
         (_, group), = make_groups(agents)
-        active = [True] * pop
 
-        def stacked(group: MemberGroup = group, active: list[bool] = active) -> None:
+        def stacked(group: MemberGroup = group, active: list[bool] = [True] * pop) -> None:
             group.algorithm.learn_population(group, sample_padded(memory, group.members, active, "cpu"), active)
 
-        stacked_ms = _per_call_ms(stacked, 20, repeats)
-        if single is None:
-            single = loop_ms / pop
-        _print_learn_case(algorithm.upper(), pop, batch_size, hidden, loop_ms, stacked_ms, single, digits=3)
-        points.append((pop, stacked_ms))
-    _print_fit(algorithm.upper(), points)
+        cases[pop] = (one_by_one, stacked)
+    _print_learn_cases(algorithm.upper(), _alternated_cpu_ms(cases, repeats), batch_size, hidden)
 
 
 def bench_learn_rainbow(pops: list[int], repeats: int, batch_size: int, hidden: int, rounds: int = 5) -> None:
@@ -165,7 +194,6 @@ def bench_learn_rainbow(pops: list[int], repeats: int, batch_size: int, hidden: 
     priority write-back included), one by one (``ReplayMemories.learn``: ``RainbowDQN.learn`` per
     agent) vs stacked (one ``learn_population`` of a ``MemberGroup`` per step); `rounds` alternated
     rounds of `repeats` steps each way, medians."""
-    import statistics
 
     import numpy as np
     from gymnasium import spaces
@@ -187,41 +215,22 @@ def bench_learn_rainbow(pops: list[int], repeats: int, batch_size: int, hidden: 
                      rng.normal(size=num_envs).astype(np.float32), rng.uniform(-1, 1, (num_envs, 4)).astype(np.float32),
                      ended, np.zeros(num_envs, dtype=bool), np.ones(num_envs, dtype=bool))
 
-    def cpu_ms(fn: Callable[[], object]) -> float:
-        start = time.process_time()
-        for _ in range(repeats):
-            fn()
-        return (time.process_time() - start) / repeats * 1e3
-
-    single: float | None = None
-    points: list[tuple[int, float]] = []
+    cases = {}
     for pop in pops:
         agents = [RainbowDQN(obs_space, act_space, net_config=net, seed=i, batch_size=batch_size, lr=1e-4)
                   for i in range(pop)]
         (_, group), = make_groups(agents)
-        active = [True] * pop
 
         def one_by_one(agents: list[RainbowDQN] = agents) -> None:
             for agent in agents:
                 memories.learn(agent)
 
-        def stacked(group: MemberGroup = group, active: list[bool] = active) -> None:
+        def stacked(group: MemberGroup = group, active: list[bool] = [True] * pop) -> None:
             batch = memories.sample_population(group.members, active, "cpu")
             memories.write_back(batch.indices, RainbowDQN.learn_population(group, batch, active))
 
-        for fn in (one_by_one, stacked):  # warm-up
-            for _ in range(10):
-                fn()
-        loops, stacks = [], []
-        for _ in range(rounds):
-            loops.append(cpu_ms(one_by_one))
-            stacks.append(cpu_ms(stacked))
-        loop_ms, stacked_ms = statistics.median(loops), statistics.median(stacks)
-        if single is None:
-            single = loop_ms / pop
-        _print_learn_case("RAINBOW", pop, batch_size, hidden, loop_ms, stacked_ms, single, digits=3)
-        points.append((pop, stacked_ms))
-    _print_fit("RAINBOW", points)
+        cases[pop] = (one_by_one, stacked)
+    _print_learn_cases("RAINBOW", _alternated_cpu_ms(cases, repeats, rounds), batch_size, hidden)
 
 
 def bench_learn_ppo(pops: list[int], repeats: int, batch_size: int, hidden: int, recurrent: bool = False) -> None:
@@ -386,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     learn = sub.add_parser("learn", help="DQN learn step or PPO update, one by one vs stacked")
     learn.add_argument("--algorithm", choices=["dqn", "td3", "ppo", "recurrent_ppo", "rainbow"], default="dqn")
     learn.add_argument("--pops", type=int, nargs="+", default=[1, 4, 8])
-    learn.add_argument("--repeats", type=int, default=None, help="timed steps (default: DQN 300, PPO 5 updates)")
+    learn.add_argument("--repeats", type=int, default=None, help="timed steps per round (default: DQN/TD3 100, Rainbow 100, PPO 5 updates)")
     learn.add_argument("--batch-size", type=int, default=None, help="default: DQN 64, TD3 and PPO 128")
     learn.add_argument("--hidden", type=int, default=64)
     learn.add_argument("--first-member", choices=["same", "new-layer", "new-nodes"], default="same",
@@ -408,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
         bench_learn_ppo(args.pops, args.repeats or 5, args.batch_size or (256 if args.algorithm == "recurrent_ppo" else 128),
                         args.hidden, recurrent=args.algorithm == "recurrent_ppo")
     elif args.kind == "learn":
-        bench_learn(args.algorithm, args.pops, args.repeats or 300,
+        bench_learn(args.algorithm, args.pops, args.repeats or 100,
                     args.batch_size or (64 if args.algorithm == "dqn" else 128), args.hidden, args.first_member)
     elif args.kind == "train" and args.batching == "side-by-side":
         bench_train_side_by_side(args.manifest, args.pops, args.overrides)
