@@ -5,6 +5,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import warnings
 
 import pytest
 
@@ -53,7 +54,6 @@ BAD = [
     ("mutation-unknown-hp", GOOD + "mutation:\n  rl_hp_selection:\n    momentum: {min: 0.1, max: 0.9}\n", "13: mutation.rl_hp_selection.momentum: DQN has no numeric hyperparameter 'momentum'"),
     ("mutation-bool-hp", GOOD + "mutation:\n  rl_hp_selection:\n    double: {min: 0, max: 1}\n", "13: mutation.rl_hp_selection.double: DQN has no numeric hyperparameter 'double'"),
     ("mutation-min-above-max", GOOD + "mutation:\n  rl_hp_selection:\n    lr:\n      min: 0.1\n      max: 0.01\n", "15: mutation.rl_hp_selection.lr.max: must not be below min"),
-    ("mutation-value-outside-range", GOOD + "mutation:\n  rl_hp_selection:\n    lr: {min: 0.1, max: 0.5}\n", "13: mutation.rl_hp_selection.lr: the initial value algorithm.lr=0.001 lies outside"),
     ("mutation-probability-negative", GOOD + "mutation:\n  probabilities:\n    no_mut: -0.5\n", "13: mutation.probabilities.no_mut: input should be greater than or equal to 0"),
     ("mutation-unknown-probability", GOOD + "mutation:\n  probabilities:\n    layer_mut: 0.1\n", "13: mutation.probabilities.layer_mut: unknown field"),
     ("tournament-size-one", GOOD + "tournament_selection:\n  tournament_size: 1\n", "12: tournament_selection.tournament_size: input should be greater than or equal to 2"),
@@ -132,7 +132,8 @@ def test_good_manifest_and_json_verdicts(tmp_path, capsys):
     assert "valid (DQN, off_policy)" in capsys.readouterr().out
     assert main(["validate", "--json", str(good), str(bad)]) == 2
     verdicts = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
-    assert verdicts[0] == {"file": str(good), "valid": True, "algorithm": "DQN", "paradigm": "off_policy"}
+    assert verdicts[0] == {"file": str(good), "valid": True, "algorithm": "DQN", "paradigm": "off_policy",
+                           "warnings": []}
     assert verdicts[1]["valid"] is False
     assert verdicts[1]["errors"][0] == {"path": "training.pop_size", "line": 9,
                                         "message": "input should be greater than or equal to 1", "got": "0"}
@@ -201,34 +202,45 @@ def test_manifest_invalid_yaml_line_number(tmp_path, capsys):
     assert err.startswith(f"{file}:5: invalid YAML") or err.startswith(f"{file}:4: invalid YAML"), err
 
 
-def test_training_fields_a_paradigm_does_not_read_are_rejected() -> None:
+def test_training_fields_a_paradigm_does_not_read_draw_one_warning_each() -> None:
     """PPO reads no epsilon schedule, warm-up or replay buffer; the LLM/bandit fields belong to
-    paradigms that read them. Setting them is an error naming the paradigm, not silently ignored."""
-    from agile_core.errors import ManifestError
+    paradigms that read them. Setting them is accepted (manifests move between paradigms and
+    trainers) with one warning per field naming the paradigm, not silently ignored."""
+    from agile_core.errors import ManifestWarning
     from agile_core.specs.manifest import TrainingManifest
 
-    def check(text: str) -> None:
-        TrainingManifest.from_text(textwrap.dedent(text))
+    def notes(text: str) -> list[str]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ManifestWarning)
+            manifest = TrainingManifest.from_text(textwrap.dedent(text))
+        return [issue.format() for issue in manifest.warnings]
 
-    with pytest.raises(ManifestError) as caught:
-        check("""
+    with pytest.warns(ManifestWarning, match=r"training.eps_start: is not used by the on-policy paradigm \(PPO\)"):
+        manifest = TrainingManifest.from_text(textwrap.dedent("""
             algorithm: {name: PPO}
             environment: {name: CartPole-v1}
             training: {eps_start: 0.5, learning_delay: 100, max_steps: 1000}
-            """)
-    message = str(caught.value)
-    assert "training.eps_start: is not used by the on-policy paradigm (PPO)" in message
-    assert "training.learning_delay" in message and "max_steps" not in message
+            """))
+    paths = [issue.path for issue in manifest.warnings]
+    assert paths == [("training", "eps_start"), ("training", "learning_delay")]
     dqn = """
         algorithm: {name: DQN}
         environment: {name: CartPole-v1}
         training: {eps_start: 0.5, learning_delay: 100%s}
         """
-    with pytest.raises(ManifestError, match=r"training.sum_scores: is not used by the off-policy paradigm \(DQN\)"):
-        check(dqn % ", sum_scores: false")
-    check(dqn % "")  # the off-policy paradigm reads these
-    check("""
+    assert any("training.sum_scores: is not used by the off-policy paradigm (DQN)" in n for n in notes(dqn % ", sum_scores: false"))
+    assert notes(dqn % "") == []  # the off-policy paradigm reads these
+    assert notes("""
         algorithm: {name: PPO}
         environment: {name: CartPole-v1}
         training: {eps_start: null, sum_scores: true}
-        """)  # defaults are harmless
+        """) == []  # defaults are harmless
+
+
+def test_initial_value_outside_its_mutation_range_is_accepted_with_a_warning(tmp_path, capsys):
+    file = tmp_path / "outside.yaml"
+    file.write_text(GOOD + "mutation:\n  rl_hp_selection:\n    lr: {min: 0.1, max: 0.5}\n")
+    assert main(["validate", str(file)]) == 0
+    captured = capsys.readouterr()
+    assert f"{file}:13: warning: mutation.rl_hp_selection.lr: the initial value algorithm.lr=0.001 lies outside" in captured.err
+    assert "valid (DQN, off_policy), 1 warning" in captured.out

@@ -142,3 +142,36 @@ def test_single_channel_and_leading_dims() -> None:
 def test_too_small_images_are_rejected() -> None:
     with pytest.raises(ValueError, match="too small"):
         EvolvableCNN((3, 6, 6), 4, channel_size=[8, 8], kernel_size=[4, 4], stride_size=[2, 2])
+
+
+def _is_orthogonal(weight: torch.Tensor, gain: float) -> bool:
+    w = weight.detach().reshape(weight.shape[0], -1)
+    gram = w @ w.T if w.shape[0] <= w.shape[1] else w.T @ w
+    return torch.allclose(gram, gain**2 * torch.eye(gram.shape[0]), atol=1e-4)
+
+
+def test_default_initialisation_is_unchanged_by_init_layers() -> None:
+    torch.manual_seed(0)
+    first = torch.nn.Conv2d(3, 8, 4, stride=2)
+    second = torch.nn.Conv2d(8, 16, 3, stride=1)
+    output = torch.nn.Linear(16 * 7 * 7, 10)
+    net = _cnn()
+    assert net.config["init_layers"] is False
+    for mine, reference in ((net.blocks[0].main, first), (net.blocks[1].main, second), (net.output_layer, output)):
+        assert torch.equal(mine.weight, reference.weight) and torch.equal(mine.bias, reference.bias)
+
+
+def test_init_layers_gives_orthogonal_convolutions_and_output() -> None:
+    net = _cnn(init_layers=True)
+    for layer in [block.main for block in net.blocks] + [net.output_layer]:
+        assert _is_orthogonal(layer.weight, 2 ** 0.5), layer
+        assert not layer.bias.any()
+    assert net.config["init_layers"] is True
+    assert from_config(net.config).config == net.config
+    assert EvolvableCNN.from_spec(CnnConfig(channel_size=[8], kernel_size=[3], stride_size=[2], init_layers=True),
+                                  (3, 20, 20), 4).init_layers
+    x = _x()
+    before = net(x)
+    net.add_layer(hidden_layer=0, rng=np.random.default_rng(0))  # mutations keep preserving function
+    net.add_channel(hidden_layer=1, numb_new_channels=8, rng=np.random.default_rng(0))
+    assert _diff(net(x), before) < TOL

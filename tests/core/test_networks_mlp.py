@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -252,3 +253,63 @@ def test_from_spec_accepts_pydantic_and_dict_and_flattens_input_shape() -> None:
     assert a(torch.randn(7, 5, 3, 4)).shape == (7, 5, 2)
     with pytest.raises(ValueError):
         EvolvableMLP(4, 2, hidden_size=[300])
+
+
+def _is_orthogonal(weight: torch.Tensor, gain: float) -> bool:
+    """Rows (or columns, whichever are fewer) orthonormal up to `gain`."""
+    w = weight.detach().reshape(weight.shape[0], -1)
+    gram = w @ w.T if w.shape[0] <= w.shape[1] else w.T @ w
+    return torch.allclose(gram, gain**2 * torch.eye(gram.shape[0]), atol=1e-4)
+
+
+def test_default_initialisation_is_unchanged_by_the_init_options() -> None:
+    torch.manual_seed(0)
+    reference = {
+        "layers.0.main": torch.nn.Linear(6, 16), "layers.0.norm": torch.nn.LayerNorm(16),
+        "layers.1.main": torch.nn.Linear(16, 24), "layers.1.norm": torch.nn.LayerNorm(24),
+        "output_layer": torch.nn.Linear(24, 3),
+    }
+    expected = {f"{name}.{key}": value for name, module in reference.items()
+                for key, value in module.state_dict().items()}
+    net = _mlp()
+    assert net.config["init_layers"] is False and net.config["output_vanish"] is False
+    assert set(net.state_dict()) == set(expected)
+    for key, value in net.state_dict().items():
+        assert torch.equal(value, expected[key]), key
+
+
+def test_init_layers_gives_orthogonal_weights_and_zero_biases() -> None:
+    net = _mlp(init_layers=True, hidden_size=[16, 24, 8])
+    linears = [block.main for block in net.blocks] + [net.output_layer]
+    for layer in linears:
+        assert _is_orthogonal(layer.weight, math.sqrt(2)), layer
+        assert not layer.bias.any()
+    assert net.config["init_layers"] is True
+    assert EvolvableMLP.from_spec(MlpConfig(init_layers=True), 6, 3).init_layers
+    rebuilt = from_config(net.config)  # the config round-trips, and a rebuilt network is orthogonal too
+    assert rebuilt.config == net.config
+    assert _is_orthogonal(rebuilt.output_layer.weight, math.sqrt(2))
+
+
+def test_output_vanish_scales_the_initial_output_layer_by_a_tenth() -> None:
+    plain, vanished = _mlp(), _mlp(output_vanish=True)
+    assert torch.allclose(vanished.output_layer.weight, 0.1 * plain.output_layer.weight)
+    assert torch.allclose(vanished.output_layer.bias, 0.1 * plain.output_layer.bias)
+    for a, b in zip(plain.blocks, vanished.blocks, strict=True):  # hidden layers untouched
+        assert torch.equal(a.main.weight, b.main.weight)
+    both = _mlp(init_layers=True, output_vanish=True)
+    assert _is_orthogonal(both.output_layer.weight, 0.1 * math.sqrt(2)) and not both.output_layer.bias.any()
+    noisy_plain, noisy = _mlp(noisy_output=True), _mlp(noisy_output=True, output_vanish=True)
+    assert torch.allclose(noisy.output_layer.weight_mu, 0.1 * noisy_plain.output_layer.weight_mu)
+    assert torch.equal(noisy.output_layer.weight_sigma, noisy_plain.output_layer.weight_sigma)
+    spec = EvolvableMLP.from_spec({"hidden_size": [16], "output_vanish": True}, 6, 3)
+    assert spec.output_vanish and spec.config["output_vanish"] is True
+
+
+def test_layers_added_after_an_orthogonal_init_keep_their_function_preserving_start() -> None:
+    net = _mlp(init_layers=True, output_vanish=True)
+    x = _x()
+    before = net(x)
+    net.add_layer(hidden_layer=0, rng=np.random.default_rng(0))
+    net.add_node(hidden_layer=1, numb_new_nodes=16, rng=np.random.default_rng(0))
+    assert _diff(net(x), before) < TOL

@@ -89,15 +89,18 @@ class ManifestIssue:
     origin: str | None = None
     """Where the value came from when not from the file, e.g. `--set training.pop_size=-1`."""
 
-    def format(self, filename: str = "<manifest>") -> str:
+    def format(self, filename: str = "<manifest>", severity: str | None = None) -> str:
         """`FILE:LINE: dotted.path: message (got VALUE)`, the value hidden for secrets; `FILE:LINE:COLUMN`
-        when the column is known, and the `--set` argument in place of `FILE:LINE` for overrides."""
+        when the column is known, and the `--set` argument in place of `FILE:LINE` for overrides.
+        A `severity` (``"warning"``) follows the location: `FILE:LINE: warning: dotted.path: ...`."""
         if self.origin:
             where = self.origin
         elif self.line:
             where = f"{filename}:{self.line}" + (f":{self.column}" if self.column else "")
         else:
             where = filename
+        if severity:
+            where = f"{where}: {severity}"
         text = f"{where}: {dotted(self.path)}: {self.message}" if self.path else f"{where}: {self.message}"
         if self.value is not _MISSING:
             shown = "'***'" if is_secret_path(self.path) else _show(self.value)
@@ -114,6 +117,12 @@ class ManifestIssue:
         if self.value is not _MISSING:
             out["got"] = "***" if is_secret_path(self.path) else _show(self.value)
         return out
+
+
+class ManifestWarning(UserWarning):
+    """A manifest field agile accepts but does not act on (a field the paradigm does not use, a
+    switch that does nothing here), or a value it accepts with a caveat. Validation emits one
+    per field, formatted like an error line; `TrainingManifest.warnings` lists them too."""
 
 
 class ManifestError(ValueError):

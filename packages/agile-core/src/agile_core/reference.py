@@ -25,6 +25,7 @@ from agile_core.specs.network import (
     MlpConfig,
     MultiInputConfig,
     NetworkSpec,
+    SimbaConfig,
 )
 from agile_core.specs.selection import MultiFrequencySelectionSpec, TournamentSelectionSpec
 from agile_core.specs.training import NStepBufferArgs, PerBufferArgs, ReplayBufferSpec, TrainingSpec
@@ -34,7 +35,7 @@ SECTIONS: list[tuple[str, list[type[BaseModel]]]] = [
     ("replay_buffer", [ReplayBufferSpec, NStepBufferArgs, PerBufferArgs]),
     ("mutation", [MutationSpec, MutationProbabilities, RLHyperparameter]),
     ("tournament_selection / selection_strategy", [TournamentSelectionSpec, MultiFrequencySelectionSpec]),
-    ("network", [NetworkSpec, MlpConfig, CnnConfig, LstmConfig, MultiInputConfig, FinetuningNetworkSpec, LoraConfig]),
+    ("network", [NetworkSpec, MlpConfig, CnnConfig, LstmConfig, SimbaConfig, MultiInputConfig, FinetuningNetworkSpec, LoraConfig]),
     ("environment (Gymnasium)", [GymEnvSpec, WrapperSpec]),
 ]
 

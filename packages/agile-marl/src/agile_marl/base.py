@@ -17,7 +17,8 @@ from agile_marl.agent_ids import agent_groups
 
 __all__ = ["MultiAgentActions", "MultiAgentAgent"]
 
-_NETWORK_KEYS = frozenset({"latent_dim", "min_latent_dim", "max_latent_dim", "encoder_config", "head_config"})
+_NETWORK_KEYS = frozenset({"latent_dim", "min_latent_dim", "max_latent_dim", "encoder_config", "head_config", "simba",
+                           "random_seed"})
 
 
 @dataclass

@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from gymnasium import spaces
 
-from agile_core.algorithms.base import perturb_weights
+from agile_core.algorithms.base import NoiseBands, perturb_weights
 from agile_core.algorithms.exploration import (
     ActionNoise,
     GaussianNoise,
@@ -292,9 +292,10 @@ class MADDPG(MultiAgentAgent):
         """Keep target networks out of autograd (mutations add fresh layers)."""
         self._freeze_targets()
 
-    def mutate_parameters(self, rng: np.random.Generator, sd: float) -> dict[str, Any] | None:
+    def mutate_parameters(self, rng: np.random.Generator, sd: float, *,
+                          bands: NoiseBands | None = None) -> dict[str, Any] | None:
         """Perturb a few weights of every agent's actor (see :func:`perturb_weights`)."""
-        changed = sum(perturb_weights(self.actor(agent), rng, sd) for agent in self.agent_ids)
+        changed = sum(perturb_weights(self.actor(agent), rng, sd, bands=bands) for agent in self.agent_ids)
         return {"mutation_sd": sd, "weights_changed": changed}
 
     def clone(self, index: int | None = None, wrap: bool = True) -> MADDPG:

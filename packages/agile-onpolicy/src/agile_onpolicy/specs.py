@@ -27,8 +27,9 @@ class PPOSpec(AlgorithmSpec):
     """Discount factor."""
     gae_lambda: Annotated[float, Field(ge=0.0, le=1.0)] = 0.95
     """GAE lambda (bias-variance trade-off of the advantage estimate)."""
-    action_std_init: PositiveFloat = 0.6
-    """Initial standard deviation of Gaussian policies (continuous actions)."""
+    action_std_init: Annotated[float, Field(ge=0.0)] = 0.6
+    """Initial standard deviation of Gaussian policies (Box actions, where it must be positive);
+    unused for discrete actions, so 0 is accepted there."""
     clip_coef: PositiveFloat = 0.2
     """Clipping range of the probability ratio."""
     ent_coef: Annotated[float, Field(ge=0.0)] = 0.01

@@ -75,7 +75,10 @@ def _load_manifest(args: argparse.Namespace) -> Any:
     overrides = list(args.overrides)
     if args.seed is not None:
         overrides.append(f"training.seed={args.seed}")
-    return validate_source(apply_overrides(read_manifest_file(args.manifest), overrides))
+    manifest = validate_source(apply_overrides(read_manifest_file(args.manifest), overrides), emit_warnings=False)
+    for note in manifest.warnings:
+        print(note.format(args.manifest, severity="warning"), file=sys.stderr)
+    return manifest
 
 
 def _run_dir(args: argparse.Namespace) -> Path:

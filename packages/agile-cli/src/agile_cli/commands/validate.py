@@ -31,7 +31,7 @@ def _check(file: str, overrides: list[str]) -> Any:
     from agile_core.yaml_source import read_manifest_file
 
     try:
-        return validate_source(apply_overrides(read_manifest_file(file), overrides))
+        return validate_source(apply_overrides(read_manifest_file(file), overrides), emit_warnings=False)
     except ManifestError:
         raise
     except Exception as exc:
@@ -59,9 +59,13 @@ def run(args: argparse.Namespace) -> int:
             else:
                 print(exc.report(), file=sys.stderr)
             continue
+        notes = manifest.warnings
         if args.json:
             _print_json({"file": file, "valid": True, "algorithm": manifest.algorithm.name,
-                         "paradigm": manifest.paradigm_name})
+                         "paradigm": manifest.paradigm_name, "warnings": [i.to_dict() for i in notes]})
         else:
-            print(f"{file}: valid ({manifest.algorithm.name}, {manifest.paradigm_name})")
+            for note in notes:
+                print(note.format(file, severity="warning"), file=sys.stderr)
+            counted = f", {len(notes)} warning{'s' if len(notes) != 1 else ''}" if notes else ""
+            print(f"{file}: valid ({manifest.algorithm.name}, {manifest.paradigm_name}){counted}")
     return 2 if failed else 0

@@ -25,6 +25,7 @@ from torch import nn
 from agile_core.algorithms.spaces import UnsupportedSpaceError, check_agent_spaces, check_space
 from agile_core.hpo.hyperparameters import HyperparameterConfig, RLParameter
 from agile_core.hpo.lineage import Lineage
+from agile_core.hpo.mutation import AMPLIFIED_SCALE, AMPLIFIED_SHARE, RESET_SHARE, NoiseBands
 from agile_core.networks.base import EvolvableModule, MutationError
 
 if TYPE_CHECKING:
@@ -282,10 +283,11 @@ class EvolvableAlgorithm(ABC):
             return
         done.append(network)
 
-    def mutate_parameters(self, rng: np.random.Generator, sd: float) -> dict[str, Any] | None:
+    def mutate_parameters(self, rng: np.random.Generator, sd: float, *,
+                          bands: NoiseBands | None = None) -> dict[str, Any] | None:
         """Perturb a few of the policy's weights: see :func:`perturb_weights`."""
         policy: nn.Module = getattr(self, self.policy_name)
-        changed = perturb_weights(policy, rng, sd)
+        changed = perturb_weights(policy, rng, sd, bands=bands)
         return {"mutation_sd": sd, "weights_changed": changed}
 
     def mutate_hyperparameter(self, rng: np.random.Generator) -> dict[str, Any] | None:
@@ -442,7 +444,8 @@ class LLMAlgorithm(EvolvableAlgorithm):
         """Pretrained activations are fixed."""
         return None
 
-    def mutate_parameters(self, rng: np.random.Generator, sd: float) -> dict[str, Any] | None:
+    def mutate_parameters(self, rng: np.random.Generator, sd: float, *,
+                          bands: NoiseBands | None = None) -> dict[str, Any] | None:
         """Pretrained weights are not perturbed."""
         return None
 
@@ -467,7 +470,8 @@ MUTATED_FRACTION = 0.1
 """At most this share of a chosen weight tensor's entries is perturbed by one parameter mutation."""
 
 
-def perturb_weights(network: nn.Module, rng: np.random.Generator, sd: float) -> int:
+def perturb_weights(network: nn.Module, rng: np.random.Generator, sd: float, *,
+                    bands: NoiseBands | None = None) -> int:
     """The parameter-noise mutation (the established "classic" semantics): perturb a few weights
     of `network` in place; return how many entries changed.
 
@@ -477,11 +481,13 @@ def perturb_weights(network: nn.Module, rng: np.random.Generator, sd: float) -> 
     Gaussian noise with standard deviation `sd` times their own magnitude, so a weight moves by
     about ``sd`` of itself and a zero weight stays zero. A trained network therefore keeps most of
     its function (noise on every entry at the tensor's scale, as before, often destroyed it).
+    `bands` adds the amplified and random-reset bands (:class:`NoiseBands`).
     """
+    bands = bands or NoiseBands()
     candidates = [param for module in network.modules() if not isinstance(module, NORM_LAYERS)
                   for param in module.parameters(recurse=False)
                   if param.is_floating_point() and param.dim() >= 2 and param.numel() > 0]
-    if not candidates or sd <= 0:
+    if not candidates or (sd <= 0 and not (bands.amplified or bands.random_reset)):
         return 0
     chosen = rng.choice(len(candidates), size=int(rng.integers(1, len(candidates) + 1)), replace=False)
     generator = torch.Generator().manual_seed(int(rng.integers(0, 2**62)))
@@ -493,9 +499,21 @@ def perturb_weights(network: nn.Module, rng: np.random.Generator, sd: float) -> 
             count = int(rng.integers(1, max(1, int(np.ceil(MUTATED_FRACTION * flat.numel()))) + 1))
             where = torch.as_tensor(rng.choice(flat.numel(), size=count, replace=False), device=param.device)
             noise = torch.randn(count, generator=generator, dtype=param.dtype).to(param.device)
-            flat[where] += noise * sd * flat[where].abs()
+            values = flat[where]
+            if bands.amplified or bands.random_reset:
+                draw = torch.as_tensor(rng.random(count), device=param.device)
+                amplified = draw < AMPLIFIED_SHARE
+                reset = (draw >= AMPLIFIED_SHARE) & (draw < AMPLIFIED_SHARE + RESET_SHARE)
+                updated = values + noise * sd * values.abs()
+                updated = torch.where(amplified, values + noise * AMPLIFIED_SCALE * values.abs() if bands.amplified
+                                      else values, updated)
+                updated = torch.where(reset, noise if bands.random_reset else values, updated)
+                changed += int((updated != values).sum())
+                flat[where] = updated
+            else:
+                flat[where] = values + noise * sd * values.abs()
+                changed += count
             param.copy_(flat.view_as(param))
-            changed += count
     return changed
 
 

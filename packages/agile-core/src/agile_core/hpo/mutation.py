@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -11,6 +12,28 @@ from agile_core.hpo.selection import rng_from_state, rng_state
 from agile_core.specs.mutation import MutationSpec
 
 OPERATORS = ("no_mut", "arch_mut", "params_mut", "act_mut", "rl_hp_mut")
+
+AMPLIFIED_SHARE = 0.05
+"""Share of the perturbed entries that fall in the amplified band (when it is on)."""
+RESET_SHARE = 0.05
+"""Share of the perturbed entries that fall in the random-reset band (when it is on)."""
+AMPLIFIED_SCALE = 10.0
+"""Noise of the amplified band: this many times an entry's own magnitude."""
+
+
+@dataclass(frozen=True)
+class NoiseBands:
+    """Optional bands of the parameter-noise mutation besides the normal one (manifest fields
+    `mutation.amplified_gauss_param_mut` and `mutation.random_reset_param_mut`).
+
+    With either on, each perturbed entry falls in a band: amplified (noise at ``10 x`` its own
+    magnitude, share :data:`AMPLIFIED_SHARE`), random reset (replaced by a ``N(0, 1)`` draw, share
+    :data:`RESET_SHARE`) or normal (the rest). An entry in a band that is off keeps its value (the
+    band's share is not handed to the others). With both off every perturbed entry is normal.
+    """
+
+    amplified: bool = False
+    random_reset: bool = False
 
 
 class Mutations:
@@ -25,7 +48,8 @@ class Mutations:
 
     def __init__(self, no_mutation: float = 0.4, architecture: float = 0.2, new_layer_prob: float = 0.2,
                  parameters: float = 0.2, activation: float = 0.0, rl_hp: float = 0.2,
-                 mutation_sd: float = 0.1, rand_seed: int | None = None) -> None:
+                 mutation_sd: float = 0.1, rand_seed: int | None = None, *,
+                 bands: NoiseBands | None = None, mutate_elite: bool = False) -> None:
         weights = np.array([no_mutation, architecture, parameters, activation, rl_hp], dtype=float)
         if (weights < 0).any() or weights.sum() <= 0:
             raise ValueError("mutation probabilities must be >= 0 with a positive sum")
@@ -34,6 +58,8 @@ class Mutations:
         self.probabilities = weights / weights.sum()
         self.new_layer_prob = new_layer_prob
         self.mutation_sd = mutation_sd
+        self.bands = bands or NoiseBands()
+        self.mutate_elite = bool(mutate_elite)
         self.rng = np.random.default_rng(rand_seed)
         self.generation = 0
 
@@ -43,7 +69,10 @@ class Mutations:
         p = spec.probabilities
         return cls(no_mutation=p.no_mut, architecture=p.arch_mut, new_layer_prob=p.new_layer,
                    parameters=p.params_mut, activation=p.act_mut, rl_hp=p.rl_hp_mut,
-                   mutation_sd=spec.mutation_sd, rand_seed=spec.rand_seed)
+                   mutation_sd=spec.mutation_sd, rand_seed=spec.rand_seed,
+                   bands=NoiseBands(amplified=spec.amplified_gauss_param_mut,
+                                    random_reset=spec.random_reset_param_mut),
+                   mutate_elite=spec.mutate_elite)
 
     def mutation(self, population: Sequence[Any], to_mutate: Iterable[int] | None = None) -> list[Any]:
         """Mutate the agents whose index is in `to_mutate` (all when None), in place; return the population."""
@@ -66,7 +95,7 @@ class Mutations:
         if operator == "act_mut":
             return agent.mutate_activation(self.rng) or {}
         if operator == "params_mut":
-            return agent.mutate_parameters(self.rng, self.mutation_sd) or {}
+            return agent.mutate_parameters(self.rng, self.mutation_sd, bands=self.bands) or {}
         if operator == "rl_hp_mut":
             return agent.mutate_hyperparameter(self.rng) or {}
         if operator == "no_mut":

@@ -1,4 +1,4 @@
-"""Evolvable torch networks: encoders (MLP, CNN, LSTM, multi-input), RL heads and their mutations.
+"""Evolvable torch networks: encoders (MLP, CNN, LSTM, SimBa, multi-input), RL heads and their mutations.
 
 Every module is an :class:`EvolvableModule`: ``config`` (JSON) and :func:`from_config` rebuild
 the architecture, ``clone()`` deep-copies, ``mutation_methods()`` lists the mutations available
@@ -46,6 +46,7 @@ from agile_core.networks.preprocessing import (
     preprocess_tensor_observation,
 )
 from agile_core.networks.q_networks import ContinuousQNetwork, QNetwork, RainbowQNetwork
+from agile_core.networks.simba import EvolvableSimBa, SimbaBlock
 from agile_core.networks.value import ValueNetwork
 
 __all__ = [
@@ -68,6 +69,7 @@ __all__ = [
     "EvolvableModule",
     "EvolvableMultiInput",
     "EvolvableNetwork",
+    "EvolvableSimBa",
     "HiddenState",
     "MultiCategoricalDistribution",
     "MutationError",
@@ -76,6 +78,7 @@ __all__ = [
     "Observation",
     "QNetwork",
     "RainbowQNetwork",
+    "SimbaBlock",
     "StochasticActor",
     "ValueNetwork",
     "as_network_spec",

@@ -14,7 +14,7 @@ from torch.nn.utils import skip_init
 from agile_core.networks.activations import check_activation, make_activation
 from agile_core.networks.base import EvolvableModule, MutationError, mutation, torch_generator
 from agile_core.networks.layers import DEFAULT_NORM_EPS, ConvBlock, change_block_activation
-from agile_core.networks.mlp import check_layer_sizes
+from agile_core.networks.mlp import check_layer_sizes, init_orthogonal
 from agile_core.networks.resize import (
     IndexMap,
     global_rng_untouched,
@@ -59,6 +59,11 @@ class EvolvableCNN(EvolvableModule):
     identity-initialised residual convolutions (stride 1, odd kernel, same padding, gate 0); new
     channels have zero outgoing weights and, under the channel LayerNorm, start at the per-pixel
     channel mean so the normalisation statistics are unchanged.
+
+    ``init_layers`` initialises every convolution and the output linear layer orthogonally (gain
+    ``sqrt(2)``, trailing kernel dimensions flattened) with zero biases, at construction only
+    (PyTorch's default uniform initialisation otherwise); layers and channels added later by
+    mutation keep their function-preserving initial values.
     """
 
     def __init__(
@@ -79,6 +84,7 @@ class EvolvableCNN(EvolvableModule):
         padding: Sequence[int] | None = None,
         residual: Sequence[bool] | None = None,
         norm_eps: Sequence[float] | None = None,
+        init_layers: bool = False,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
@@ -115,6 +121,11 @@ class EvolvableCNN(EvolvableModule):
             previous = channels[i]
         self.output_layer = nn.Linear(math.prod(self.feature_map_shape()), self.num_outputs, device=device, dtype=dtype)
         self.output_act = make_activation(output_activation, device=device, dtype=dtype)
+        self.init_layers = bool(init_layers)
+        if self.init_layers:
+            for block in self.blocks:
+                init_orthogonal(block.main.weight, block.main.bias)
+            init_orthogonal(self.output_layer.weight, self.output_layer.bias)
 
     @classmethod
     def from_spec(cls, spec: CnnConfig | Mapping[str, Any], input_shape: Sequence[int], num_outputs: int,
@@ -173,6 +184,7 @@ class EvolvableCNN(EvolvableModule):
             "padding": [b.padding for b in blocks],
             "residual": [b.residual for b in blocks],
             "norm_eps": [b.norm_eps for b in blocks],
+            "init_layers": self.init_layers,
         }
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -12,6 +12,7 @@ from agile_core.networks.cnn import EvolvableCNN
 from agile_core.networks.lstm import EvolvableLSTM
 from agile_core.networks.mlp import EvolvableMLP
 from agile_core.networks.multi_input import EvolvableMultiInput
+from agile_core.networks.simba import EvolvableSimBa
 from agile_core.networks.spaces import (
     COMPOSITE_SPACES,
     VECTOR_SPACES,
@@ -19,15 +20,22 @@ from agile_core.networks.spaces import (
     flat_dim,
     is_image_space,
 )
-from agile_core.specs.network import CnnConfig, LstmConfig, MlpConfig, MultiInputConfig, NetworkSpec
+from agile_core.specs.network import (
+    CnnConfig,
+    LstmConfig,
+    MlpConfig,
+    MultiInputConfig,
+    NetworkSpec,
+    SimbaConfig,
+)
 
-Encoder = EvolvableMLP | EvolvableCNN | EvolvableLSTM | EvolvableMultiInput
+Encoder = EvolvableMLP | EvolvableCNN | EvolvableLSTM | EvolvableMultiInput | EvolvableSimBa
 """Any encoder: maps an observation to a latent vector and can resize that latent vector."""
 
-EncoderSpec = MlpConfig | CnnConfig | LstmConfig | MultiInputConfig
+EncoderSpec = MlpConfig | CnnConfig | LstmConfig | MultiInputConfig | SimbaConfig
 
 _DEFAULT_CONFIGS: dict[str, type[EncoderSpec]] = {
-    "mlp": MlpConfig, "cnn": CnnConfig, "lstm": LstmConfig, "multiinput": MultiInputConfig,
+    "mlp": MlpConfig, "cnn": CnnConfig, "lstm": LstmConfig, "multiinput": MultiInputConfig, "simba": SimbaConfig,
 }
 
 
@@ -38,8 +46,12 @@ def as_network_spec(net_spec: NetworkSpec | Mapping[str, Any] | None) -> Network
     return NetworkSpec.model_validate(dict(net_spec or {}))
 
 
-def infer_arch(observation_space: spaces.Space, recurrent: bool = False) -> str:
-    """Encoder kind for a space: Dict/Tuple -> multiinput, 3-D Box -> cnn, recurrent -> lstm, else mlp."""
+def infer_arch(observation_space: spaces.Space, recurrent: bool = False, simba: bool = False) -> str:
+    """Encoder kind for a space: Dict/Tuple -> multiinput, 3-D Box -> cnn, recurrent -> lstm, else
+    mlp (simba with `simba`: a SimBa encoder for vector spaces, which a recurrent network refuses)."""
+    if recurrent and simba:
+        raise ValueError("a recurrent network needs an 'lstm' encoder; network.simba: true asks for a SimBa "
+                         "encoder, which has no recurrent version (set simba: false or recurrent: false)")
     if recurrent:
         if isinstance(observation_space, COMPOSITE_SPACES) or is_image_space(observation_space):
             raise ValueError(f"recurrent (lstm) encoders support vector observation spaces only, got {observation_space}")
@@ -49,7 +61,7 @@ def infer_arch(observation_space: spaces.Space, recurrent: bool = False) -> str:
     if is_image_space(observation_space):
         return "cnn"
     if isinstance(observation_space, VECTOR_SPACES):
-        return "mlp"
+        return "simba" if simba else "mlp"
     raise ValueError(f"no encoder for observation space {observation_space}")
 
 
@@ -58,7 +70,7 @@ def _fits(observation_space: spaces.Space, arch: str) -> bool:
         return isinstance(observation_space, COMPOSITE_SPACES)
     if arch == "cnn":
         return isinstance(observation_space, spaces.Box) and len(observation_space.shape) in (2, 3)
-    if arch == "lstm":
+    if arch in ("lstm", "simba"):
         return isinstance(observation_space, VECTOR_SPACES) and not is_image_space(observation_space)
     if arch == "mlp":
         return isinstance(observation_space, VECTOR_SPACES)
@@ -70,10 +82,11 @@ def check_arch(observation_space: spaces.Space, arch: str) -> None:
     if not _fits(observation_space, arch):
         needs = {
             "mlp": "a Box, Discrete, MultiDiscrete or MultiBinary space",
+            "simba": "a non-image Box, Discrete, MultiDiscrete or MultiBinary space",
             "cnn": "a 3-D (C, H, W) or 2-D (H, W) Box",
             "lstm": "a non-image Box, Discrete, MultiDiscrete or MultiBinary space",
             "multiinput": "a Dict or Tuple space",
-        }.get(arch, "a known arch ('mlp', 'cnn', 'lstm', 'multiinput')")
+        }.get(arch, "a known arch ('mlp', 'cnn', 'lstm', 'simba', 'multiinput')")
         raise ValueError(f"encoder arch '{arch}' does not fit observation space {observation_space}: "
                          f"'{arch}' needs {needs}")
 
@@ -83,20 +96,24 @@ def resolve_encoder_config(observation_space: spaces.Space, net_spec: NetworkSpe
     """The encoder config to build: the given one (its `arch` wins), or the default for the space.
 
     An MLP or CNN config given without an explicit `arch` for a Dict/Tuple space configures the
-    matching part of the multi-input encoder.
+    matching part of the multi-input encoder. ``network.simba: true`` without an encoder config
+    means SimBa defaults for a vector space (image and Dict/Tuple spaces keep their CNN and
+    multi-input encoders); a recurrent network with a SimBa encoder is a ValueError.
     """
     spec = as_network_spec(net_spec)
     config = spec.encoder_config
     if config is None:
-        return _DEFAULT_CONFIGS[infer_arch(observation_space, recurrent)]()
+        return _DEFAULT_CONFIGS[infer_arch(observation_space, recurrent, simba=spec.simba)]()
     explicit = "arch" in config.model_fields_set
     if not explicit and isinstance(observation_space, COMPOSITE_SPACES) and isinstance(config, MlpConfig):
         config = MultiInputConfig(mlp_config=config)
     elif not explicit and isinstance(observation_space, COMPOSITE_SPACES) and isinstance(config, CnnConfig):
         config = MultiInputConfig(cnn_config=config)
     if recurrent and config.arch != "lstm":
+        hint = " (network.simba: true asks for a SimBa encoder, which has no recurrent version)" \
+            if config.arch == "simba" else ""
         raise ValueError(f"a recurrent network needs an 'lstm' encoder, but encoder_config.arch is "
-                         f"'{config.arch}' (observation space {observation_space})")
+                         f"'{config.arch}' (observation space {observation_space}){hint}")
     check_arch(observation_space, config.arch)
     return config
 
@@ -114,8 +131,8 @@ def build_encoder(
 
     Box vectors (any shape, flattened) -> MLP; 3-D Box images -> CNN (2-D Box with an explicit
     ``arch: cnn``, as one channel); Dict/Tuple -> multi-input; Discrete -> MLP on the one-hot;
-    MultiDiscrete/MultiBinary -> MLP on the float vector; `recurrent` -> LSTM. `latent_dim`
-    defaults to the spec's.
+    MultiDiscrete/MultiBinary -> MLP on the float vector; `recurrent` -> LSTM; a SimBa config (or
+    ``simba: true``) -> SimBa on the flattened vector. `latent_dim` defaults to the spec's.
     """
     spec = as_network_spec(net_spec)
     config = resolve_encoder_config(observation_space, spec, recurrent)
@@ -126,6 +143,9 @@ def build_encoder(
         encoder = EvolvableMultiInput.from_space(observation_space, latent, config)
     elif isinstance(config, CnnConfig):
         encoder = EvolvableCNN.from_spec(config, tuple(observation_space.shape or ()), latent)
+    elif isinstance(config, SimbaConfig):
+        encoder = EvolvableSimBa.from_spec(config, flat_dim(observation_space), latent,
+                                           input_shape=feature_shape(observation_space))
     elif isinstance(config, LstmConfig):
         encoder = EvolvableLSTM.from_spec(config, flat_dim(observation_space), latent,
                                           input_shape=feature_shape(observation_space))

@@ -25,6 +25,28 @@ from agile_core.networks.resize import (
 from agile_core.networks.sampling import NODE_CHOICES, resolve_count, resolve_index
 from agile_core.specs.network import MlpConfig
 
+ORTHOGONAL_GAIN = math.sqrt(2.0)
+"""Gain of the orthogonal initialisation `init_layers` asks for."""
+OUTPUT_VANISH_SCALE = 0.1
+"""Factor `output_vanish` applies to an output layer's initial weight and bias."""
+
+
+def init_orthogonal(weight: torch.Tensor, bias: torch.Tensor | None, gain: float = ORTHOGONAL_GAIN) -> None:
+    """Overwrite a Linear or Conv weight (``[out, in, ...]``) with an orthogonal matrix of `gain`
+    (its trailing dimensions flattened) and zero its bias, drawing from the global torch RNG."""
+    with torch.no_grad():
+        nn.init.orthogonal_(weight, gain=gain)
+        if bias is not None:
+            bias.zero_()
+
+
+def scale_output(weight: torch.Tensor, bias: torch.Tensor | None, factor: float = OUTPUT_VANISH_SCALE) -> None:
+    """Multiply an output layer's weight and bias by `factor` in place (`output_vanish`)."""
+    with torch.no_grad():
+        weight.mul_(factor)
+        if bias is not None:
+            bias.mul_(factor)
+
 
 def check_layer_sizes(sizes: Sequence[int], min_layers: int, max_layers: int, min_size: int, max_size: int,
                       what: str) -> None:
@@ -45,6 +67,12 @@ class EvolvableMLP(EvolvableModule):
     statistics exact); new layers are identity-initialised gated residual blocks (see
     :mod:`agile_core.networks.layers`). Inputs may carry any trailing shape `input_shape`
     (flattened); leading dimensions are batch dimensions.
+
+    Initialisation: PyTorch's default uniform one, unless ``init_layers`` (every linear weight,
+    hidden and output, orthogonal with gain ``sqrt(2)``, biases zero) and/or ``output_vanish``
+    (the output layer's initial weight and bias times 0.1; for a noisy output its means). Both
+    apply at construction only; layers and units added later by mutation keep their
+    function-preserving initial values.
     """
 
     def __init__(
@@ -64,6 +92,8 @@ class EvolvableMLP(EvolvableModule):
         norm_eps: Sequence[float] | None = None,
         noisy_output: bool = False,
         noise_std: float = 0.5,
+        init_layers: bool = False,
+        output_vanish: bool = False,
         input_shape: Sequence[int] | None = None,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
@@ -103,6 +133,21 @@ class EvolvableMLP(EvolvableModule):
         else:
             self.output_layer = nn.Linear(previous, self.num_outputs, device=device, dtype=dtype)
         self.output_act = make_activation(output_activation, device=device, dtype=dtype)
+        self.init_layers = bool(init_layers)
+        self.output_vanish = bool(output_vanish)
+        out_weight, out_bias = self._output_weight_bias()
+        if self.init_layers:
+            for block in self.blocks:
+                init_orthogonal(block.main.weight, block.main.bias)
+            init_orthogonal(out_weight, out_bias)
+        if self.output_vanish:
+            scale_output(out_weight, out_bias)
+
+    def _output_weight_bias(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The output layer's (mean) weight and bias."""
+        if isinstance(self.output_layer, NoisyLinear):
+            return self.output_layer.weight_mu, self.output_layer.bias_mu
+        return self.output_layer.weight, self.output_layer.bias
 
     @classmethod
     def from_spec(cls, spec: MlpConfig | Mapping[str, Any], num_inputs: int, num_outputs: int,
@@ -141,6 +186,8 @@ class EvolvableMLP(EvolvableModule):
             "norm_eps": [block.norm_eps for block in blocks],
             "noisy_output": self.noisy_output,
             "noise_std": self.noise_std,
+            "init_layers": self.init_layers,
+            "output_vanish": self.output_vanish,
             "input_shape": list(self.input_shape),
         }
 

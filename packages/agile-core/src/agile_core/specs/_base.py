@@ -33,6 +33,12 @@ class Spec(BaseModel):
                     raise field_error(name, "must be a number, not a boolean")
         return data
 
+    def field_warnings(self) -> list[tuple[tuple[str | int, ...], str, Any]]:
+        """Fields of this section that agile accepts but does not act on, as
+        ``(path within the section, message, value)``; validation reports each as a warning.
+        Nested specs report their own. Subclasses extend it."""
+        return []
+
 
 def _takes_number_not_bool(annotation: Any) -> bool:
     """Whether a field accepts int or float but not bool (so True would silently become 1)."""

@@ -22,6 +22,9 @@ class AlgorithmSpec(Spec):
 
     name: str = Field(min_length=1)
     """Registered algorithm name (case-sensitive), e.g. `DQN`."""
+    cudagraphs: bool = False
+    """Accepted for manifests written for the reference trainer (its CUDA-graph capture switch);
+    agile does not capture CUDA graphs, so `true` is ignored with a warning."""
 
     algorithm_class: ClassVar[str] = ""
     """`module:Class` of the implementation, imported only when training starts."""
@@ -31,6 +34,8 @@ class AlgorithmSpec(Spec):
     """Evolution interval used when `training.evo_steps` is null."""
     default_ranges: ClassVar[dict[str, tuple[float, float]]] = {}
     """Per-hyperparameter default mutation ranges overriding the generic [v/10, v*10] rule."""
+    switches: ClassVar[frozenset[str]] = frozenset({"name", "cudagraphs"})
+    """Fields that are not hyperparameters of the algorithm's constructor."""
 
     @classmethod
     def registered_name(cls) -> str:
@@ -43,7 +48,7 @@ class AlgorithmSpec(Spec):
         """Every hyperparameter's default (without `name`): the one home of an algorithm's
         defaults, which its constructor's keyword defaults are read from."""
         return {field_name: info.get_default(call_default_factory=True)
-                for field_name, info in cls.model_fields.items() if field_name != "name"}
+                for field_name, info in cls.model_fields.items() if field_name not in cls.switches}
 
     @classmethod
     def numeric_hyperparameters(cls) -> dict[str, type]:
@@ -72,7 +77,7 @@ class AlgorithmSpec(Spec):
     def check_values(cls, values: Mapping[str, Any]) -> None:
         """Check an algorithm constructor's arguments by this spec's rules (the ones manifests
         meet): a ValueError naming the first value it rejects. Names the spec lacks are ignored."""
-        data = {name: values[name] for name in cls.model_fields if name != "name" and name in values}
+        data = {name: values[name] for name in cls.model_fields if name not in cls.switches and name in values}
         for name, kind in cls.numeric_hyperparameters().items():
             if kind is int and isinstance(data.get(name), bool):
                 raise ValueError(f"{name}: input should be an integer, not a boolean (got {data[name]!r})")
@@ -84,8 +89,15 @@ class AlgorithmSpec(Spec):
             raise ValueError(f"{where}: {first['msg'].lower()} (got {first.get('input')!r})") from None
 
     def hyperparameters(self) -> dict[str, Any]:
-        """The hyperparameters as plain values (without `name`)."""
-        return self.model_dump(exclude={"name"})
+        """The hyperparameters as plain values (without `name` and the other `switches`)."""
+        return self.model_dump(exclude=set(self.switches))
+
+    def field_warnings(self) -> list[tuple[tuple[str | int, ...], str, Any]]:
+        """`cudagraphs: true` does nothing here."""
+        warnings = super().field_warnings()
+        if self.cudagraphs:
+            warnings.append((("cudagraphs",), "agile does not capture CUDA graphs; ignored", True))
+        return warnings
 
     def default_rl_hp_selection(self) -> dict[str, RLHyperparameter]:
         """Mutation ranges used when the manifest gives none: [v/10, v*10] (floats, factors

@@ -6,6 +6,7 @@ import difflib
 import json
 import types
 import typing
+import warnings
 from pathlib import Path as FsPath
 from typing import Any, get_args, get_origin
 
@@ -24,6 +25,7 @@ from agile_core.errors import _MISSING as _MISSING_VALUE
 from agile_core.errors import (
     ManifestError,
     ManifestIssue,
+    ManifestWarning,
     Path,
     is_secret_path,
     issues_from_validation_error,
@@ -72,13 +74,24 @@ class TrainingManifest(Spec):
 
     _base_dir: FsPath | None = PrivateAttr(default=None)
     _filename: str = PrivateAttr(default="<manifest>")
+    _warnings: list[ManifestIssue] = PrivateAttr(default_factory=list)
 
     @model_validator(mode="wrap")
     @classmethod
     def _dispatch_sections(cls, data: Any, handler: Any) -> TrainingManifest:
+        notes: list[ManifestIssue] = []
         if isinstance(data, dict):
-            data = _validated_sections(data)
-        return handler(data)
+            data = _validated_sections(data, notes)
+        manifest = handler(data)
+        manifest._warnings = notes
+        return manifest
+
+    @property
+    def warnings(self) -> list[ManifestIssue]:
+        """Fields accepted but not acted on (or accepted with a caveat), one issue each, located
+        in the source when validated from a file; validation also emits each as a
+        :class:`~agile_core.errors.ManifestWarning`."""
+        return list(self._warnings)
 
     @classmethod
     def get_validated(cls, source: str | FsPath | dict[str, Any] | TrainingManifest) -> TrainingManifest:
@@ -146,8 +159,10 @@ class TrainingManifest(Spec):
         return json.dumps(_redacted(_absolute_paths(self.to_dict(), self.base_dir)), indent=2, allow_nan=False)
 
 
-def validate_source(source: ManifestSource) -> TrainingManifest:
-    """Validate parsed data, attaching source lines to every problem."""
+def validate_source(source: ManifestSource, *, emit_warnings: bool = True) -> TrainingManifest:
+    """Validate parsed data, attaching source lines to every problem and warning; each warning is
+    also emitted as a :class:`ManifestWarning` unless `emit_warnings` is false (the CLI prints
+    them in its own format)."""
     try:
         manifest = TrainingManifest.model_validate(source.data, context={"base_dir": source.base_dir})
     except ValidationError as exc:
@@ -158,6 +173,9 @@ def validate_source(source: ManifestSource) -> TrainingManifest:
     problems = _check_paths(manifest)
     if problems:
         raise ManifestError(source.locate(problems), source.filename)
+    manifest._warnings = source.locate(manifest._warnings)
+    for note in manifest._warnings if emit_warnings else ():
+        warnings.warn(note.format(source.filename, severity="warning"), ManifestWarning, stacklevel=2)
     return manifest
 
 
@@ -174,8 +192,9 @@ def _as_validation_error(issues: list[ManifestIssue]) -> ValidationError:
     return ValidationError.from_exception_data("TrainingManifest", line_errors)
 
 
-def _validated_sections(data: dict[str, Any]) -> dict[str, Any]:
-    """Validate every section with its spec, collecting all problems before raising."""
+def _validated_sections(data: dict[str, Any], notes: list[ManifestIssue]) -> dict[str, Any]:
+    """Validate every section with its spec, collecting all problems before raising (and the
+    fields accepted but not acted on into `notes`)."""
     issues: list[ManifestIssue] = []
     out: dict[str, Any] = {}
     allowed = {"algorithm", "environment", "network", *SELECTION_KEYS, *_FIXED_SECTIONS}
@@ -200,10 +219,33 @@ def _validated_sections(data: dict[str, Any]) -> dict[str, Any]:
     _validate_selection(data, issues, out)
     if spec_class is not None:
         issues.extend(_cross_field_issues(data, out, spec_class))
-        issues.extend(_paradigm_field_issues(out, paradigm, spec_class))
+        notes.extend(_rl_hp_notes(out))
+        notes.extend(_paradigm_field_notes(out, paradigm, spec_class))
     if issues:
         raise _as_validation_error(issues)
+    notes.extend(_section_notes(data, out))
     return out
+
+
+def _section_notes(data: dict[str, Any], out: dict[str, Any]) -> list[ManifestIssue]:
+    """Every validated section's (and nested spec's) `field_warnings`, with whole-manifest paths."""
+    def walk(spec: Any, prefix: Path) -> list[ManifestIssue]:
+        found = [ManifestIssue((*prefix, *path), message, value) for path, message, value in spec.field_warnings()]
+        for name in spec.model_fields_set:
+            value = getattr(spec, name)
+            if isinstance(value, Spec):
+                found.extend(walk(value, (*prefix, name)))
+            elif isinstance(value, dict):
+                found.extend(note for key, item in value.items() if isinstance(item, Spec)
+                             for note in walk(item, (*prefix, name, key)))
+        return found
+
+    notes: list[ManifestIssue] = []
+    for key, section in out.items():
+        if isinstance(section, Spec):
+            where = next((k for k in SELECTION_KEYS if k in data), key) if key == "selection_strategy" else key
+            notes.extend(walk(section, (where,)))
+    return notes
 
 
 def _validate_section(data: dict[str, Any], key: str, spec: Any, issues: list[ManifestIssue], out: dict[str, Any]) -> None:
@@ -322,21 +364,22 @@ def _cross_field_issues(
     return issues
 
 
-def _paradigm_field_issues(out: dict[str, Any], paradigm: Any, spec_class: type[AlgorithmSpec]) -> list[ManifestIssue]:
+def _paradigm_field_notes(out: dict[str, Any], paradigm: Any, spec_class: type[AlgorithmSpec]) -> list[ManifestIssue]:
     """A `training` field the algorithm's paradigm does not read, set to anything but its default,
-    is an error (not silently ignored)."""
+    is accepted (manifests written for other paradigms or for the reference trainer carry them)
+    and reported, not silently ignored."""
     training = out.get("training")
     if training is None or paradigm is None:
         return []
     allowed = COMMON_TRAINING_FIELDS | paradigm.training_fields
     return [ManifestIssue(("training", name), f"is not used by the {paradigm.name.replace('_', '-')} paradigm "
-                                              f"({spec_class.registered_name()}); remove it", getattr(training, name))
+                                              f"({spec_class.registered_name()}); ignored", getattr(training, name))
             for name in sorted(training.model_fields_set - allowed)
             if getattr(training, name) != type(training).model_fields[name].get_default(call_default_factory=True)]
 
 
 def _rl_hp_issues(data: dict[str, Any], out: dict[str, Any], spec_class: type[AlgorithmSpec]) -> list[ManifestIssue]:
-    """Every `rl_hp_selection` key must be a numeric hyperparameter whose value lies in its range."""
+    """Every `rl_hp_selection` key must be a numeric hyperparameter of the algorithm."""
     mutation = data.get("mutation")
     selection = mutation.get("rl_hp_selection") if isinstance(mutation, dict) else None
     if not isinstance(selection, dict):
@@ -351,28 +394,53 @@ def _rl_hp_issues(data: dict[str, Any], out: dict[str, Any], spec_class: type[Al
             issues.append(ManifestIssue(("mutation", "rl_hp_selection", hp),
                                         f"{name} has no numeric hyperparameter '{hp}'; {hint}"
                                         f"choose from: {', '.join(sorted(numeric))}"))
+    return issues
+
+
+def _rl_hp_notes(out: dict[str, Any]) -> list[ManifestIssue]:
+    """An initial value outside its mutation range is accepted (training starts from it; the
+    first mutation of that hyperparameter moves it into the range) and reported."""
     algo: AlgorithmSpec | None = out.get("algorithm")
     validated: MutationSpec | None = out.get("mutation")
     if algo is None or validated is None or not validated.rl_hp_selection:
-        return issues
+        return []
+    numeric = type(algo).numeric_hyperparameters()
+    notes = []
     for hp, bounds in validated.rl_hp_selection.items():
         value = getattr(algo, hp, None)
         if hp in numeric and value is not None and not bounds.min <= value <= bounds.max:
-            issues.append(ManifestIssue(("mutation", "rl_hp_selection", hp),
-                                        f"the initial value algorithm.{hp}={value:g} lies outside "
-                                        f"[{bounds.min:g}, {bounds.max:g}]"))
-    return issues
+            notes.append(ManifestIssue(("mutation", "rl_hp_selection", hp),
+                                       f"the initial value algorithm.{hp}={value:g} lies outside "
+                                       f"[{bounds.min:g}, {bounds.max:g}]; training starts from it and "
+                                       f"mutation keeps {hp} inside the range once it moves it"))
+    return notes
 
 
 def _check_paths(manifest: TrainingManifest) -> list[ManifestIssue]:
-    """Files the manifest names must exist (resolved against the manifest's folder)."""
+    """Files the manifest names must exist: a relative path is looked up in the manifest's folder,
+    then in the working directory (where a path found only there is made absolute, so every
+    reader finds the same file)."""
     env = manifest.environment
     issues = []
     for field in ("path", "features", "targets"):
-        path = getattr(env, field, None)
-        if isinstance(path, str) and not (manifest.base_dir / path).is_file():
-            issues.append(ManifestIssue(("environment", field), f"file not found (looked in {manifest.base_dir})", path))
+        value = getattr(env, field, None)
+        if not isinstance(value, str):
+            continue
+        found = find_manifest_file(value, manifest.base_dir)
+        if found is None:
+            places = " and ".join(dict.fromkeys(str(p) for p in (manifest.base_dir, FsPath.cwd())))
+            issues.append(ManifestIssue(("environment", field), f"file not found (looked in {places})", value))
+        elif not (manifest.base_dir / FsPath(value).expanduser()).is_file():
+            setattr(env, field, str(found))
     return issues
+
+
+def find_manifest_file(value: str, base_dir: FsPath) -> FsPath | None:
+    """The file a manifest names: an absolute path as given; a relative one in the manifest's
+    folder `base_dir`, else in the working directory; None when neither holds it."""
+    path = FsPath(value).expanduser()
+    candidates = [path] if path.is_absolute() else [base_dir / path, FsPath.cwd() / path]
+    return next((candidate.resolve() for candidate in candidates if candidate.is_file()), None)
 
 
 PATH_KEYS = frozenset({"path", "features", "targets", "dataset", "dataset_path", "reward_file_path", "entrypoint",

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import Field, model_validator
+from pydantic import AliasChoices, Field, model_validator
 
 from agile_core.specs._base import Spec, field_error
 
@@ -81,3 +81,29 @@ class MutationSpec(Spec):
     """Standard deviation of the parameter-noise mutation, relative to each weight's scale."""
     rand_seed: Annotated[int, Field(ge=0, le=2**32 - 1)] | None = None
     """Seed of the mutation random generator, so the sequence of mutations is reproducible."""
+    mutate_elite: bool = False
+    """Mutate the elite too (under elitism it is otherwise carried to the next generation unchanged)."""
+    amplified_gauss_param_mut: bool = Field(default=False, validation_alias=AliasChoices(
+        "amplified_gauss_param_mut", "super_param_mut"))
+    """Give `params_mut` its amplified band: 5% of the perturbed weights get noise at 10 times their
+    own magnitude (alias `super_param_mut`)."""
+    random_reset_param_mut: bool = Field(default=False, validation_alias=AliasChoices(
+        "random_reset_param_mut", "reset_param_mut"))
+    """Give `params_mut` its random-reset band: 5% of the perturbed weights are replaced by a
+    standard normal draw (alias `reset_param_mut`)."""
+    regrama_param_mut: bool = False
+    """Accepted for manifests written for the reference trainer (reset of dormant neurons before
+    the parameter noise); agile does not implement it, so `true` is ignored with a warning."""
+    dormant_threshold: Annotated[float, Field(ge=0.0)] | None = None
+    """Dormancy threshold of `regrama_param_mut` (accepted, unused)."""
+
+    def field_warnings(self) -> list[tuple[tuple[str | int, ...], str, Any]]:
+        """`regrama_param_mut` and `dormant_threshold` are not acted on."""
+        warnings = super().field_warnings()
+        if self.regrama_param_mut:
+            warnings.append((("regrama_param_mut",), "agile does not reset dormant neurons (ReGraMa); params_mut "
+                                                     "adds Gaussian noise only, so this is ignored", True))
+        if self.dormant_threshold is not None:
+            warnings.append((("dormant_threshold",), "only used by regrama_param_mut, which agile does not "
+                                                     "implement; ignored", self.dormant_threshold))
+        return warnings

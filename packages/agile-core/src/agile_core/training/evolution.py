@@ -78,6 +78,8 @@ def evolve_population(population: Sequence[Any], selection: SelectionStrategy | 
     else:
         result = selection.select(agents)
         elite, agents, to_mutate = result.elite, list(result.population), set(result.to_mutate)
+        if mutation is not None and mutation.mutate_elite:
+            to_mutate |= {agent.index for agent in agents}
     mutated: dict[int, str] = {}
     if mutation is not None:
         mutation.mutation(agents, to_mutate=to_mutate)

@@ -25,13 +25,14 @@ class IPPOSpec(AlgorithmSpec):
     lr: PositiveFloat = 1e-4
     """Adam learning rate (one optimizer per agent group over its actor and critic)."""
     learn_step: PositiveInt = 4096
-    """Vector-env steps per rollout, over all sub-environments (``learn_step // num_envs`` per sub-env)."""
+    """Environment steps per rollout, over all sub-environments (``ceil(learn_step / num_envs)`` vector steps)."""
     gamma: Annotated[float, Field(gt=0.0, le=1.0)] = 0.99
     """Discount factor."""
     gae_lambda: Annotated[float, Field(ge=0.0, le=1.0)] = 0.95
     """GAE lambda."""
-    action_std_init: PositiveFloat = 0.6
-    """Initial standard deviation of Gaussian policies (Box actions)."""
+    action_std_init: Annotated[float, Field(ge=0.0)] = 0.6
+    """Initial standard deviation of Gaussian policies (Box actions, where it must be positive);
+    unused for discrete actions, so 0 is accepted there."""
     clip_coef: PositiveFloat = 0.2
     """Clipping range of the probability ratio (and of the value with `clip_vloss`)."""
     ent_coef: NonNegative = 0.01

@@ -24,7 +24,7 @@ class MultiAgentNetworkSpec(NetworkSpec):
     def _keyed_sections(cls, data: Any) -> Any:
         if not isinstance(data, Mapping):
             return data
-        own = set(cls.model_fields)
+        own = set(cls.model_fields) | {"arch"}  # `arch`: the shared section's encoder shorthand
         keyed = {key: value for key, value in data.items() if key not in own}
         if not keyed:
             return data
