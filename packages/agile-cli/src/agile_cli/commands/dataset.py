@@ -105,10 +105,13 @@ def _check_record_args(args: argparse.Namespace) -> None:
 def _make_env(env_id: str, config: dict[str, Any]) -> Any:
     import gymnasium as gym
 
+    from agile_core.environments.extras import missing_extra_message, register_env_namespace
+
     try:
+        register_env_namespace(env_id)  # `ALE/...`: import ale-py
         return gym.make(env_id, **config)
-    except gym.error.Error as exc:
-        raise _BadInput(f"cannot make --env {env_id}: {exc}") from exc
+    except (gym.error.Error, ImportError) as exc:
+        raise _BadInput(missing_extra_message(f"--env {env_id}", exc) or f"cannot make --env {env_id}: {exc}") from exc
     except TypeError as exc:
         raise _BadInput(f"cannot make --env {env_id} with --env-config {json.dumps(config)}: {exc}") from exc
 

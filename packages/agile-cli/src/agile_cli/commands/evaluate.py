@@ -57,6 +57,9 @@ def make_env(agent: Any, env_id: str, config: dict[str, Any]) -> Any:
         return paradigm.load_attr("make_env")(spec)
     import gymnasium as gym
 
+    from agile_core.environments.extras import register_env_namespace
+
+    register_env_namespace(env_id)  # `ALE/...`: import ale-py (a missing one: ImportError with the install command)
     return gym.make_vec(env_id, num_envs=1, vectorization_mode="sync", **config)
 
 

@@ -4,9 +4,11 @@ Python file. Errors name the manifest field (``environment.entrypoint``, ``envir
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.util
 import inspect
+import pkgutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,11 +23,32 @@ class EnvironmentBuildError(ValueError):
 
 
 def import_module(module_name: str, field: str) -> Any:
-    """Import `module_name`; an error names ``environment.<field>``."""
+    """Import `module_name`; an error names ``environment.<field>``, the install command when an
+    optional package is missing (PettingZoo butterfly's pymunk...), and the modules of the same
+    package with a close name when `module_name` itself does not exist (``cooperative_pong_v5``)."""
+    from agile_core.environments.extras import missing_extra_message
+
     try:
         return importlib.import_module(module_name)
     except ImportError as exc:
-        raise EnvironmentBuildError(f"environment.{field}: cannot import module '{module_name}' ({exc})") from None
+        message = missing_extra_message(f"environment.{field}: '{module_name}'", exc)
+        if message is None:
+            message = f"environment.{field}: cannot import module '{module_name}' ({exc}){_close_modules(module_name, exc)}"
+        raise EnvironmentBuildError(message) from None
+
+
+def _close_modules(module_name: str, exc: ImportError) -> str:
+    """``; did you mean 'pkg.name_v6'?`` when `module_name` is missing from an importable package."""
+    package, _, leaf = module_name.rpartition(".")
+    if not package or exc.name != module_name:
+        return ""
+    try:
+        parent = importlib.import_module(package)
+    except ImportError:
+        return ""
+    names = [info.name for info in pkgutil.iter_modules(getattr(parent, "__path__", [])) if not info.ispkg]
+    close = difflib.get_close_matches(leaf, names, n=3, cutoff=0.75)
+    return "; did you mean " + " or ".join(f"'{package}.{name}'" for name in close) + "?" if close else ""
 
 
 def attribute(target: Any, dotted: str, field: str, where: str) -> Any:

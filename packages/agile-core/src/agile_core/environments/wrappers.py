@@ -13,6 +13,19 @@ A wrapper class with a ``vectorized(env, **kwargs)`` classmethod can also wrap a
 environment; when every wrapper a manifest names has one, an environment with a native vector
 implementation (CartPole, Pendulum...) keeps it instead of falling back to one Python env per
 sub-environment.
+
+Channels-last images (``[H, W, C]``, as Atari's raw frames) must be moved channels-first for the
+CNN encoder::
+
+    environment:
+      name: ALE/Breakout-v5
+      wrappers:
+        - agile_core.environments.wrappers:ChannelsFirst      # (210, 160, 3) -> (3, 210, 160)
+
+:class:`ImageObservation` also downsamples and converts to grayscale. The image wrappers have no
+``vectorized`` form on purpose: naming one makes every sub-environment a ``gymnasium.make`` env
+whose frames they re-lay out (a native vector env such as ale-py's ``AtariVectorEnv`` already gives
+its own ``[stack, 84, 84]`` layout, used when no such wrapper is named).
 """
 
 from __future__ import annotations
@@ -26,7 +39,9 @@ from gymnasium import spaces
 from gymnasium.vector import VectorEnv, VectorObservationWrapper
 from gymnasium.vector.utils import batch_space
 
-__all__ = ["ObservationIndices", "VectorObservationIndices"]
+from agile_core.environments.images import ImageLayout
+
+__all__ = ["ChannelsFirst", "ImageObservation", "ObservationIndices", "VectorObservationIndices"]
 
 
 def _kept_indices(space: spaces.Space, indices: Sequence[int]) -> tuple[np.ndarray, spaces.Box]:
@@ -87,3 +102,37 @@ class VectorObservationIndices(VectorObservationWrapper):
     def observations(self, observations: Any) -> np.ndarray:
         """The kept entries of every sub-environment's observation."""
         return np.asarray(observations)[..., self.indices]
+
+
+class ImageObservation(gym.ObservationWrapper):
+    """Re-lay out channels-last ``[H, W, C]`` image observations for the CNN encoder.
+
+    Args:
+        env: Environment with a 3-D :class:`~gymnasium.spaces.Box` observation space ``[H, W, C]``.
+        channels_first: Move the channel axis first: ``[C, H, W]`` (what the CNN encoder reads).
+        grayscale: Replace the 3 RGB channels by one luminance channel (BT.601 weights).
+        downsample: Average ``downsample x downsample`` pixel blocks (1: keep every pixel); the
+            image is cropped to a multiple of the block first.
+
+    uint8 images stay uint8 (rounded), so replay buffers keep them small and the encoder's
+    preprocessing still scales them to [0, 1]. For example a (280, 480, 3) frame with
+    ``grayscale=True, downsample=4`` becomes (1, 70, 120).
+    """
+
+    def __init__(self, env: gym.Env, channels_first: bool = True, grayscale: bool = False,
+                 downsample: int = 1) -> None:
+        super().__init__(env)
+        self.layout = ImageLayout(env.observation_space, channels_first, grayscale, downsample)
+        self.observation_space = self.layout.space
+
+    def observation(self, observation: Any) -> np.ndarray:
+        """`observation` in the new layout."""
+        return self.layout(observation)
+
+
+class ChannelsFirst(ImageObservation):
+    """Move the channel axis of ``[H, W, C]`` image observations first: ``[C, H, W]``, the layout
+    agile's CNN encoder reads (``ALE/Breakout-v5``: (210, 160, 3) -> (3, 210, 160))."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env, channels_first=True)

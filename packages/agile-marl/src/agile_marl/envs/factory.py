@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from pettingzoo import ParallelEnv
 
+from agile_core.environments.gymnasium_factory import warn_if_channels_last
+from agile_core.environments.images import looks_channels_last
 from agile_core.environments.loading import (
     EnvironmentBuildError,
     creator_in_file,
@@ -103,6 +105,10 @@ def make_vec_env(spec: MultiAgentEnvSpec, num_envs: int | None = None, seed: int
     if check:
         check_parallel_env(factory, spec.name)
     factories = [factory] * (num_envs or spec.num_envs)
-    if spec.sync:
-        return PettingZooVecEnv(factories, seed=seed)
-    return AsyncPettingZooVecEnv(factories, seed=seed)
+    env = PettingZooVecEnv(factories, seed=seed) if spec.sync else AsyncPettingZooVecEnv(factories, seed=seed)
+    if check:
+        for agent, space in env.observation_spaces.items():
+            if looks_channels_last(space):
+                warn_if_channels_last(space, f"{spec.name}' agent '{agent}", "agile_marl.envs.wrappers")
+                break
+    return env
