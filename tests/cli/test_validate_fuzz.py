@@ -180,7 +180,11 @@ def test_validate_survives_1000_generated_manifests(tmp_path: Path) -> None:
         tried.append(name)
         assert code in (0, 2), (code, text[:500])
         assert "Traceback" not in err.getvalue(), err.getvalue()
-        assert (code == 0) == (err.getvalue() == ""), err.getvalue()
+        reported = [line for line in err.getvalue().splitlines() if line.strip()]
+        warnings_only = all(": warning: " in line for line in reported)
+        assert (code == 0) == warnings_only, err.getvalue()  # a valid file may draw warnings, never errors
+        if code == 0:
+            assert ": valid (" in out.getvalue(), out.getvalue()
         assert elapsed < SECONDS, f"{elapsed:.2f} CPU s for {text[:300]!r}"
 
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
