@@ -106,6 +106,16 @@ def _with_tiny_llm(manifest: Path, folder: Path) -> tuple[Path, int]:
     return copy, 8
 
 
+def _rollouts_within_a_generation(manifest: Path) -> list[str]:
+    """For an on-policy manifest whose rollout (`learn_step`, 1024 and more) is longer than the
+    tiny budget's 512-step generation: a 512-step rollout. A generation is whole rollouts, so the
+    manifest's own would take each generation past the whole 1024-step budget (one generation)."""
+    import yaml
+
+    learn_step = ((yaml.safe_load(manifest.read_text()) or {}).get("algorithm") or {}).get("learn_step")
+    return ["--set", "algorithm.learn_step=512"] if isinstance(learn_step, int) and learn_step > 512 else []
+
+
 @pytest.mark.parametrize("manifest", MANIFESTS, ids=[m.name for m in MANIFESTS])
 def test_every_example_manifest_trains_with_a_tiny_budget(manifest, tmp_path):
     reason = _missing_env_dependency(manifest)
@@ -116,6 +126,7 @@ def test_every_example_manifest_trains_with_a_tiny_budget(manifest, tmp_path):
     manifest, steps = _with_tiny_llm(manifest, tmp_path)
     budget = TINY_ANY if steps == 1024 else [*TINY_ANY, "--set", f"training.max_steps={steps}",
                                              "--set", f"training.evo_steps={steps // 2}"]
+    budget = [*budget, *_rollouts_within_a_generation(manifest)]
     result = agile("train", str(manifest), *budget, "--run-dir", str(run_dir))
     assert result.returncode == 0, result.stderr
     summary = json.loads((run_dir / "summary.json").read_text())

@@ -155,7 +155,8 @@ def test_evolution_happens_every_evo_steps_but_not_after_the_last_evaluation() -
 def test_evo_steps_round_up_to_whole_vector_steps() -> None:
     env = countdown_vec(*[(6, True)] * 4)
     pop, _ = run(env, make_pop(env), max_steps=30, evo_steps=10)
-    assert pop[0].steps == 12 + 12 + 8 and len(pop[0].fitness) == 3
+    # every generation, the last one too, is ceil(10 / 4) = 3 vector steps of 4 sub-envs
+    assert pop[0].steps == 12 + 12 + 12 and len(pop[0].fitness) == 3
 
 
 def test_target_stops_after_the_first_evaluation() -> None:

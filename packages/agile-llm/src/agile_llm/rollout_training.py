@@ -200,7 +200,8 @@ def run_llm_rollout(pop: list[Any], env_factory: Callable[[], RolloutHarness], e
     def out_of_time() -> bool:
         return max_wall_seconds is not None and time.monotonic() - started >= max_wall_seconds
 
-    def learn(agents: list[Any], steps: int, should_stop: Callable[[], bool]) -> list[PhaseResult]:
+    def learn(agents: list[Any], requested: list[int], should_stop: Callable[[], bool]) -> list[PhaseResult]:
+        steps = max(requested)  # every member takes the same learning steps
         results = [PhaseResult(vector_steps=0) for _ in agents]
         done = 0
         while done < steps and not should_stop() and not out_of_time():
@@ -215,9 +216,9 @@ def run_llm_rollout(pop: list[Any], env_factory: Callable[[], RolloutHarness], e
                 agent.steps += 1
             done += 1
         if out_of_time():
-            loop.max_steps = 0  # the loop ends after this generation's evaluation
+            loop.stop_after_generation()  # the loop ends after this generation's evaluation
         for result in results:
-            result.vector_steps = steps if out_of_time() else done
+            result.vector_steps = done
         return results
 
     def evaluate(agents: list[Any]) -> list[float]:
@@ -235,8 +236,8 @@ def run_llm_rollout(pop: list[Any], env_factory: Callable[[], RolloutHarness], e
             _log_completions(logging, samples, evaluations[0], max_reward, verbose)
         return fitnesses
 
-    loop = GenerationLoop.create(pop, source, lambda slot, agent, steps, stop: learn([agent], steps, stop)[0],
-                                 algo, env_name, options, config=config)
+    loop = GenerationLoop.create(pop, source, lambda slot, agent, steps, stop: learn([agent], [steps], stop)[0],
+                                 algo, env_name, options, config=config, trim_last=True)
     loop.batch_population(learn, evaluate, source, envs_per_agent=1)
     return loop.train(options.resume_from_checkpoint)
 

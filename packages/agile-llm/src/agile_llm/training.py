@@ -3,8 +3,9 @@
 Built on core's :class:`~agile_core.training.generations.GenerationLoop` (reporting, periodic
 and Ctrl-C checkpoints, elite saving, resume). One training step is one learning step (one
 batch) of every member; a generation is ``evo_steps`` steps when evolution is on, else
-``evaluation_interval`` steps, and ends with every member's ``test`` on the held-out split
-(fitness: minus loss for SFT, preference accuracy for DPO), then selection and mutation.
+``evaluation_interval`` steps (the last one only what is left of ``max_steps``, so a run ends
+exactly at it), and ends with every member's ``test`` on the held-out split (fitness: minus loss
+for SFT, preference accuracy for DPO), then selection and mutation.
 """
 
 from __future__ import annotations
@@ -197,10 +198,10 @@ def run_llm_dataset(pop: list[Any], env: DatasetEnv, options: RunOptions) -> tup
     def phase(slot: int, agent: Any, steps: int, should_stop: Callable[[], bool]) -> PhaseResult:
         return learn_phase([agent], env, steps, should_stop)[0]
 
-    loop = GenerationLoop.create(pop, env, phase, algo, env.name, options, config=config)
+    loop = GenerationLoop.create(pop, env, phase, algo, env.name, options, config=config, trim_last=True)
 
-    def learn(agents: list[Any], steps: int, should_stop: Callable[[], bool]) -> list[PhaseResult]:
-        return learn_phase(agents, env, steps, should_stop)
+    def learn(agents: list[Any], steps: list[int], should_stop: Callable[[], bool]) -> list[PhaseResult]:
+        return learn_phase(agents, env, max(steps), should_stop)  # every member the same steps
 
     def evaluate(agents: list[Any]) -> list[float]:
         return [float(agent.test(env)) for agent in agents]

@@ -46,6 +46,7 @@ from agile_core.networks import EvolvableNetwork, StochasticActor, ValueNetwork
 from agile_core.networks.distributions import ActionDistribution
 from agile_core.networks.preprocessing import preprocess_population_observation
 from agile_core.specs.network import NetworkSpec
+from agile_core.training.budget import rollout_vector_steps
 from agile_core.training.tensor_tree import map_tree
 from agile_marl.base import MultiAgentActions, MultiAgentAgent
 from agile_marl.buffers.rollout import (
@@ -293,8 +294,8 @@ class IPPO(MultiAgentAgent):
 
     # ------------------------------------------------------------------ rollouts
     def rollout_steps(self, num_envs: int) -> int:
-        """Vector steps per rollout: ``max(1, learn_step // num_envs)``."""
-        return max(1, self.learn_step // int(num_envs))
+        """Vector steps per rollout: ``ceil(learn_step / num_envs)``, at least 1."""
+        return rollout_vector_steps(self.learn_step, num_envs)
 
     def create_rollout_buffer(self, num_envs: int, num_steps: int | None = None) -> MultiAgentRolloutBuffer:
         """An empty rollout buffer of :meth:`rollout_steps` rows for this agent's spaces."""

@@ -14,7 +14,8 @@ environment to collect data; the environment only measures fitness. One generati
 Steps 2-3, reporting, checkpoints, elite saving, Ctrl-C and resuming are core's
 :class:`~agile_core.training.generations.GenerationLoop`, shared with the online loops.
 
-Step units: ``max_steps`` and ``evo_steps`` count gradient steps of ONE agent (one batch each).
+Step units: ``max_steps`` and ``evo_steps`` count gradient steps of ONE agent (one batch each);
+the last generation takes only what is left of ``max_steps``, so a run ends exactly at it.
 The dataset is not part of checkpoints: a resumed run is given the same dataset again.
 """
 
@@ -237,11 +238,12 @@ def run_offline(env: gym.Env | VectorEnv, env_name: str, algo: str, pop: list[An
         "env_name": env_name, "algo": algo, "population_size": len(pop), **options.logged(),
         "dataset_transitions": len(memory), **_dataset_summary(data),
     }
-    loop = GenerationLoop.create(pop, vec_env, phase, algo, env_name, options, config=config)
+    loop = GenerationLoop.create(pop, vec_env, phase, algo, env_name, options, config=config, trim_last=True)
     eval_env = population_vector_env(vec_env, len(pop)) if batch_population else None
 
-    def learn(agents: list[Any], steps: int, should_stop: Callable[[], bool]) -> list[PhaseResult]:
-        return _learn_phase(agents, memory, steps, batch_population, should_stop)
+    def learn(agents: list[Any], steps: list[int], should_stop: Callable[[], bool]) -> list[PhaseResult]:
+        # Every agent takes the same gradient steps.
+        return _learn_phase(agents, memory, max(steps), batch_population, should_stop)
 
     def evaluate(agents: list[Any]) -> list[float]:
         groups_act = all(hasattr(agent, "act_population") for agent in agents)

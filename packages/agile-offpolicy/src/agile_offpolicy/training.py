@@ -2,7 +2,8 @@
 
 One generation:
 
-1. every agent, in turn, resets the env and collects ``evo_steps`` environment steps with
+1. every agent, in turn, resets the env and collects ``evo_steps`` environment steps (rounded up
+   to whole vector steps: ``ceil(evo_steps / num_envs)`` of them) with
    its exploring actions (epsilon-greedy; noisy nets for RainbowDQN) into the population's
    shared replay memory (uniform, prioritized, n-step, or prioritized plus an n-step
    companion), learning from it every ``learn_step`` steps;
@@ -188,9 +189,10 @@ def train_off_policy(
             the channel axis of image observations first before the agent sees them; the memory
             then stores channels-first observations.
         mut_p: Mutation parameters (logged).
-        max_steps: Environment steps per agent for the whole run.
-        evo_steps: Environment steps per agent between evolutions (rounded up to whole vector
-            steps; the last generation may be shorter to end at `max_steps`).
+        max_steps: Environment steps per agent for the whole run; checked after each generation,
+            so the last one may take the run past it (docs/step-budgets.md).
+        evo_steps: Environment steps per agent between evolutions, rounded up to whole vector
+            steps (``ceil(evo_steps / num_envs)`` of them in every generation).
         eval_steps: Cap on the vector steps of an evaluation episode (None: until it ends).
         eval_loop: Evaluation rounds; each gives one episode per sub-env.
         learning_delay: An agent learns only once its memory holds this many transitions
@@ -285,8 +287,10 @@ def run_off_policy(env: gym.Env | VectorEnv, env_name: str, algo: str, pop: list
     population_env = population_vector_env(vec_env, len(pop)) \
         if options.batch_population and can_batch(pop, memory) else None
     if population_env is not None:
-        def population_phase(agents: list[Any], vector_steps: int, should_stop: Callable[[], bool]) -> list[PhaseResult]:
-            return collect_and_learn_population(agents, population_env, memories, vector_steps, schedule,
+        def population_phase(agents: list[Any], vector_steps: list[int],
+                             should_stop: Callable[[], bool]) -> list[PhaseResult]:
+            # The population steps in lockstep: the same vector steps for every agent.
+            return collect_and_learn_population(agents, population_env, memories, max(vector_steps), schedule,
                                                 learning_delay, learn_credit, swap_channels, should_stop)
 
         def population_evaluate(agents: list[Any]) -> list[float]:

@@ -225,25 +225,26 @@ class _Rollout:
 class _Collector:
     """Where each agent stands in the phase: its rollout, rollouts taken, whether it still collects."""
 
-    def __init__(self, population: list[PPO], buffers: list[RolloutBuffer], vector_steps: int) -> None:
-        self.population, self.buffers, self.vector_steps = population, buffers, vector_steps
+    def __init__(self, population: list[PPO], buffers: list[RolloutBuffer], vector_steps: list[int]) -> None:
+        self.population, self.buffers, self.vector_steps = population, buffers, list(vector_steps)
         self.rollouts = [_Rollout(buffer) for buffer in buffers]
         self.results = [PhaseResult(vector_steps=0) for _ in population]
         self.stopping = False
 
     def collecting(self) -> list[bool]:
         """Agents that take the next vector step: mid-rollout, or still short of the phase's steps."""
-        return [rollout.count > 0 or (not self.stopping and result.vector_steps < self.vector_steps)
-                for rollout, result in zip(self.rollouts, self.results, strict=True)]
+        return [rollout.count > 0 or (not self.stopping and result.vector_steps < steps)
+                for rollout, result, steps in zip(self.rollouts, self.results, self.vector_steps, strict=True)]
 
 
 def collect_and_learn_population(population: list[PPO], env: VectorEnv, buffers: list[RolloutBuffer],
-                                 vector_steps: int, swap_channels: bool,
+                                 vector_steps: list[int], swap_channels: bool,
                                  should_stop: Callable[[], bool]) -> list[PhaseResult]:
     """Run the whole population from a fresh reset of `env` (the population env) until every agent
-    has collected and learnt from whole rollouts covering `vector_steps` vector steps (or a stop
-    was requested); `buffers` holds each agent's rollout buffer for ``env.num_envs // agents``
-    sub-envs. Returns one PhaseResult per agent, as the agent-by-agent phase reports it."""
+    has collected and learnt from whole rollouts covering its `vector_steps` (one count per agent;
+    or a stop was requested); `buffers` holds each agent's rollout buffer for
+    ``env.num_envs // agents`` sub-envs. Returns one PhaseResult per agent, as the agent-by-agent
+    phase reports it (the vector steps each agent took)."""
     num_envs, tracker, obs, info = start_population_phase(env, len(population), swap_channels)
     state = _Collector(population, buffers, vector_steps)
     groups = make_groups(population)

@@ -96,6 +96,7 @@ from agile_core.networks import (
 )
 from agile_core.networks.network import build_head
 from agile_core.specs.network import NetworkSpec
+from agile_core.training.budget import rollout_vector_steps
 from agile_core.training.evaluation import evaluate_policy
 from agile_core.training.population import pad_index_batches
 from agile_onpolicy.rollout import RecurrentBatch, RolloutBatch, RolloutBuffer
@@ -331,7 +332,7 @@ class PPO(SingleAgentAlgorithm):
             ``max(1, batch_size // sequence length)``.
         lr: Adam learning rate (one optimizer over actor and critic).
         learn_step: Environment steps per rollout, over all sub-envs (the buffer holds
-            ``learn_step // num_envs`` vector steps, see :meth:`rollout_steps`).
+            ``ceil(learn_step / num_envs)`` vector steps, see :meth:`rollout_steps`).
         gamma: Discount factor.
         gae_lambda: GAE lambda.
         action_std_init: Initial standard deviation of the Gaussian policy (Box actions).
@@ -737,8 +738,8 @@ class PPO(SingleAgentAlgorithm):
 
     # ------------------------------------------------------------------ buffers
     def rollout_steps(self, num_envs: int) -> int:
-        """Vector steps per rollout: ``max(1, learn_step // num_envs)``."""
-        return max(1, self.learn_step // int(num_envs))
+        """Vector steps per rollout: ``ceil(learn_step / num_envs)``, at least 1."""
+        return rollout_vector_steps(self.learn_step, num_envs)
 
     def create_rollout_buffer(self, num_envs: int, num_steps: int | None = None) -> RolloutBuffer:
         """An empty rollout buffer for this agent's spaces, discounting and recurrent state."""

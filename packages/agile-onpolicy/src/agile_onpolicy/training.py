@@ -1,7 +1,9 @@
 """The on-policy training loop with evolutionary HPO (``train_on_policy``).
 
-Each generation every agent collects whole rollouts of ``learn_step`` environment steps (over
-its sub-environments) and learns from each, for ``evo_steps`` steps; then the population is
+Each generation every agent collects ``ceil(evo_steps / learn_step)`` whole rollouts of
+``learn_step`` environment steps (over its sub-environments, ``ceil(learn_step / num_envs)``
+vector steps) and learns from each (:class:`~agile_core.training.budget.StepBudget`, whole
+rollouts); its steps count toward ``max_steps`` as taken. Then the population is
 evaluated, selected and mutated by the shared generation loop of agile-core, which also handles
 reporting, checkpoints, elite saving, Ctrl-C and resuming.
 """
@@ -132,9 +134,10 @@ def train_on_policy(
         init_hp: Initial hyperparameters (logged); ``init_hp["CHANNELS_LAST"]`` moves image
             channels first.
         mut_p: Mutation parameters (logged).
-        max_steps: Environment steps per agent for the whole run.
-        evo_steps: Environment steps per agent between evolutions; each agent collects whole
-            rollouts, so it may take up to one rollout more.
+        max_steps: Environment steps per agent for the whole run; checked after each generation,
+            so the last one may take the run past it (docs/step-budgets.md).
+        evo_steps: Environment steps per agent between evolutions: each agent collects
+            ``ceil(evo_steps / learn_step)`` whole rollouts per generation (at least one).
         eval_steps: Cap on the vector steps of an evaluation episode (None: until it ends).
         eval_loop: Evaluation rounds; each gives one episode per sub-env.
         target: Stop once every agent's latest fitness is at least this.
@@ -191,11 +194,12 @@ def run_on_policy(env: gym.Env | VectorEnv, env_name: str, algo: str, pop: list[
     config = {"env_name": env_name, "algo": algo, "population_size": len(pop), "num_envs": num_envs,
               **options.logged()}
     loop = GenerationLoop.create(pop, vec_env, phase, algo, env_name, options, config=config,
-                                 swap_channels=swap_channels)
+                                 swap_channels=swap_channels, whole_rollouts=True)
     population_env = population_vector_env(vec_env, len(pop)) \
         if options.batch_population and collect_rollouts_fn is None and can_batch(pop) else None
     if population_env is not None:
-        def population_phase(agents: list[Any], vector_steps: int, should_stop: Callable[[], bool]) -> list[PhaseResult]:
+        def population_phase(agents: list[Any], vector_steps: list[int],
+                             should_stop: Callable[[], bool]) -> list[PhaseResult]:
             slot_buffers = [phase.buffer(slot, agent) for slot, agent in enumerate(agents)]
             return collect_and_learn_population(agents, population_env, slot_buffers, vector_steps, swap_channels,
                                                 should_stop)

@@ -66,18 +66,26 @@ class RemotePopulation:
             raise RuntimeError("RemotePopulation.loop must be set before training")
         return self.loop
 
-    def train_population(self, agents: list[Any], vector_steps: int,
+    def train_population(self, agents: list[Any], vector_steps: list[int],
                          should_stop: Callable[[], bool]) -> list[PhaseResult]:
-        """Every member's phase at once (a `PopulationPhaseFn`); members are updated in place."""
-        return self.train_slots(list(enumerate(agents)), vector_steps, should_stop)
+        """Every member's phase at once (a `PopulationPhaseFn`, member ``p`` for
+        ``vector_steps[p]``; one with none left stays as it is); members are updated in place."""
+        from agile_core.training.generations import PhaseResult
+
+        members = [(slot, agent) for slot, agent in enumerate(agents) if vector_steps[slot] > 0]
+        trained = dict(zip([slot for slot, _ in members],
+                           self.train_slots(members, [vector_steps[slot] for slot, _ in members], should_stop),
+                           strict=True))
+        return [trained.get(slot, PhaseResult(vector_steps=0)) for slot in range(len(agents))]
 
     def train_member(self, slot: int, agent: Any, vector_steps: int, should_stop: Callable[[], bool]) -> PhaseResult:
         """One member's phase (a `PhaseFn`)."""
-        return self.train_slots([(slot, agent)], vector_steps, should_stop)[0]
+        return self.train_slots([(slot, agent)], [vector_steps], should_stop)[0]
 
-    def train_slots(self, members: list[tuple[int, Any]], vector_steps: int,
+    def train_slots(self, members: list[tuple[int, Any]], vector_steps: list[int],
                     should_stop: Callable[[], bool] | None = None) -> list[PhaseResult]:
-        """Train `members` ((slot, agent) pairs) remotely; load the results into the agents.
+        """Train `members` ((slot, agent) pairs) remotely, each for its entry of `vector_steps`;
+        load the results into the agents.
 
         On Ctrl-C (`should_stop`) the phases in flight are abandoned: every member is left as it
         was and reports 0 steps, so the loop's interrupt checkpoint is the state before this
@@ -85,12 +93,15 @@ class RemotePopulation:
         from agile_core.distributed.agent_bytes import agent_to_bytes, load_agent_bytes
         from agile_core.training.generations import PhaseResult
 
+        if not members:
+            return []
         loop = self._loop()
         sent = {slot: self.ray.put(agent_to_bytes(agent)) for slot, agent in members}
         seeds = {slot: loop.phase_seed(slot) for slot, _ in members}
+        steps = {slot: int(count) for (slot, _), count in zip(members, vector_steps, strict=True)}
 
         def submit(actor: Any, slot: int, fresh: bool) -> Any:
-            return actor.train.remote(slot, sent[slot], vector_steps, seeds[slot])
+            return actor.train.remote(slot, sent[slot], steps[slot], seeds[slot])
 
         outcome = self.pool.run(sent, submit, "training", should_stop)
         if outcome is None:
@@ -172,5 +183,8 @@ def _generation_loop(manifest: TrainingManifest, env: Any, population: list[Any]
     config = {"env_name": manifest.environment.name, "algo": manifest.algorithm.name,
               "population_size": len(population), "num_envs": int(vec_env.num_envs), **options.logged(),
               "backend": "ray", "ray_workers": workers}
+    # On-policy agents (those with rollouts) take whole rollouts per generation, as their local loop.
+    whole_rollouts = all(callable(getattr(agent, "rollout_steps", None)) for agent in population)
     return GenerationLoop.create(population, vec_env, phase, manifest.algorithm.name, manifest.environment.name,
-                                 options, config=config, swap_channels=options.swap_channels)
+                                 options, config=config, swap_channels=options.swap_channels,
+                                 whole_rollouts=whole_rollouts)

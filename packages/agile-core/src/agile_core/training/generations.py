@@ -1,10 +1,12 @@
 """The generation loop every single-agent paradigm shares.
 
-One generation: each agent in turn trains for `evo_steps` environment steps (the paradigm's
-*phase*: collect and learn), every agent is evaluated greedily, the run stops at the target or
-the step budget, otherwise the population is selected and mutated. Around that skeleton this
-module handles the step budget, reporting, periodic checkpoints, elite saving, Ctrl-C (save and
-stop) and resuming from a checkpoint, so the paradigm loops only write their phase.
+One generation: each agent in turn trains for the generation's steps (the paradigm's *phase*:
+collect and learn; :class:`~agile_core.training.budget.StepBudget` says how many vector steps
+each member is asked for), every agent is evaluated greedily, the run stops at the target or the
+step budget, otherwise the population is selected and mutated. The budget counts the steps each
+phase reports it took, not the steps it was asked for. Around that skeleton this module handles
+the step budget, reporting, periodic checkpoints, elite saving, Ctrl-C (save and stop) and
+resuming from a checkpoint, so the paradigm loops only write their phase.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import numpy as np
 from agile_core.distributed.data_parallel import DataParallel
 from agile_core.hpo.mutation import Mutations
 from agile_core.hpo.protocols import SelectionStrategy
+from agile_core.training.budget import StepBudget
 from agile_core.training.checkpointing import RunCheckpointer, check_resume_matches, resume_run
 from agile_core.training.evolution import (
     EvolutionResult,
@@ -37,7 +40,8 @@ from agile_core.training.reporting import TrainingReporter
 
 @dataclass
 class PhaseResult:
-    """What one agent's training phase produced."""
+    """What one agent's training phase produced; `vector_steps` are the vector steps it actually
+    took (each counts the loop's ``num_envs`` steps toward the budget)."""
 
     vector_steps: int
     episodic_returns: list[float] = field(default_factory=list)
@@ -49,9 +53,11 @@ PhaseFn = Callable[[int, Any, int, Callable[[], bool]], PhaseResult]
 """(slot, agent, vector_steps, should_stop) -> PhaseResult. The phase must stop early (between
 vector steps) once `should_stop()` is true, and report the vector steps it actually took."""
 
-PopulationPhaseFn = Callable[[list[Any], int, Callable[[], bool]], list[PhaseResult]]
+PopulationPhaseFn = Callable[[list[Any], list[int], Callable[[], bool]], list[PhaseResult]]
 """(population, vector_steps, should_stop) -> one PhaseResult per agent: the whole population
-trains at once (population-batched loops), every agent taking the same vector steps."""
+trains at once (population-batched loops), member ``p`` for up to ``vector_steps[p]`` vector steps
+(the same for every member except in on-policy loops, where each collects whole rollouts of its
+own ``learn_step``; 0 for a member that has finished this generation's phase)."""
 
 PopulationEvalFn = Callable[[list[Any]], list[float]]
 """(population) -> fitnesses, appended to each agent's ``fitness`` (population-batched evaluation)."""
@@ -61,24 +67,34 @@ PopulationEvalFn = Callable[[list[Any]], list[float]]
 class LoopState:
     """Counters that say where a run is, and the results of this generation's finished phases
     (so a run resumed mid-generation reports the generation as an uninterrupted one); saved in
-    checkpoints."""
+    checkpoints.
+
+    `agent_steps` is the run's budget count: the steps per member of the finished generations
+    (each counted by its least-stepped member); `total_steps` the steps the whole population took
+    in them; `slot_progress` the vector steps each slot has taken in the current generation."""
 
     agent_steps: int = 0
     generation: int = 0
     slot_progress: list[int] = field(default_factory=list)
     phase_results: list[PhaseResult] = field(default_factory=list)
+    total_steps: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (non-finite numbers as null)."""
         return {"agent_steps": self.agent_steps, "generation": self.generation,
                 "slot_progress": list(self.slot_progress),
-                "phase_results": [_result_to_json(result) for result in self.phase_results]}
+                "phase_results": [_result_to_json(result) for result in self.phase_results],
+                "total_steps": self.total_steps}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LoopState:
-        """Inverse of `to_dict`."""
-        return cls(int(data["agent_steps"]), int(data["generation"]), [int(v) for v in data["slot_progress"]],
-                   [_result_from_json(result) for result in data.get("phase_results", [])])
+        """Inverse of `to_dict` (a checkpoint without `total_steps` counts every slot at `agent_steps`)."""
+        progress = [int(v) for v in data["slot_progress"]]
+        agent_steps = int(data["agent_steps"])
+        total = data.get("total_steps")
+        return cls(agent_steps, int(data["generation"]), progress,
+                   [_result_from_json(result) for result in data.get("phase_results", [])],
+                   int(total) if total is not None else agent_steps * len(progress))
 
 
 def _finite_or_none(values: Sequence[float]) -> list[float | None]:
@@ -127,16 +143,21 @@ class GenerationLoop:
     population_evaluate: PopulationEvalFn | None = None
     envs_per_agent: int | None = None
     data_parallel: DataParallel | None = None
+    whole_rollouts: bool = False
+    trim_last: bool = False
     state: LoopState = field(default_factory=LoopState)
     fitnesses: list[float] = field(default_factory=list)
+    stop_requested: bool = False
 
     @classmethod
     def create(cls, population: list[Any], env: Any, phase: PhaseFn, algo: str, env_name: str, options: RunOptions,
                *, config: Mapping[str, Any], swap_channels: bool = False,
-               buffers: Callable[[], Mapping[str, Any]] | None = None) -> GenerationLoop:
+               buffers: Callable[[], Mapping[str, Any]] | None = None, whole_rollouts: bool = False,
+               trim_last: bool = False) -> GenerationLoop:
         """Build the loop, its reporter and checkpointer from a run's options (with an
         `accelerator`, only its main process reports and writes files). `config` is what the run
-        logs as its configuration; `buffers` gives the memories a checkpoint saves."""
+        logs as its configuration; `buffers` gives the memories a checkpoint saves;
+        `whole_rollouts` and `trim_last` shape the step budget (see :attr:`budget`)."""
         o = options
         data_parallel = DataParallel.of(o.accelerator)
         main = data_parallel is None or data_parallel.is_main
@@ -151,7 +172,8 @@ class GenerationLoop:
                    reporter=reporter, eval_steps=o.eval_steps, eval_loop=o.eval_loop, target=o.target,
                    selection=o.selection, mutation=o.mutation, checkpointer=checkpointer,
                    interrupt_path=o.checkpoint_path, save_elite=o.save_elite, elite_path=o.elite_path,
-                   swap_channels=swap_channels, buffers=buffers, env_seed=o.seed, data_parallel=data_parallel)
+                   swap_channels=swap_channels, buffers=buffers, env_seed=o.seed, data_parallel=data_parallel,
+                   whole_rollouts=whole_rollouts, trim_last=trim_last)
 
     def train(self, resume_from_checkpoint: str | Path | None = None,
               load_buffers: Callable[[Mapping[str, Any]], None] | None = None) -> tuple[list[Any], list[float]]:
@@ -167,6 +189,8 @@ class GenerationLoop:
             import torch
 
             torch.manual_seed(self.env_seed)
+        self.reporter.expect(self.state.total_steps + self.budget.projected_total(self.population,
+                                                                                  self.state.agent_steps))
         with self.reporter, self._data_parallel_steps():
             return self.run()
 
@@ -187,6 +211,17 @@ class GenerationLoop:
     def num_envs(self) -> int:
         """Sub-environments each agent steps at once."""
         return int(self.envs_per_agent if self.envs_per_agent is not None else self.env.num_envs)
+
+    @property
+    def budget(self) -> StepBudget:
+        """The run's step budget: how many vector steps each member takes per generation and when
+        the run is spent (``max_steps`` may change while the run goes on)."""
+        return StepBudget(self.max_steps, self.evo_steps, self.num_envs, whole_rollouts=self.whole_rollouts,
+                          trim_last=self.trim_last)
+
+    def stop_after_generation(self) -> None:
+        """End the run after the current generation's evaluation (e.g. out of wall-clock time)."""
+        self.stop_requested = True
 
     def batch_population(self, phase: PopulationPhaseFn, evaluate: PopulationEvalFn, env: Any,
                          envs_per_agent: int) -> None:
@@ -215,21 +250,24 @@ class GenerationLoop:
     def run(self) -> tuple[list[Any], list[float]]:
         """Train until the step budget or the target; return (population, last fitnesses)."""
         with InterruptGuard() as guard:
-            while self.state.agent_steps < self.max_steps:
-                vector_steps = math.ceil(min(self.evo_steps, self.max_steps - self.state.agent_steps) / self.num_envs)
+            while not self.budget.exhausted(self.state.agent_steps) and not self.stop_requested:
+                budget = self.budget
                 if len(self.state.slot_progress) != len(self.population):
                     self.state.slot_progress = [0] * len(self.population)
-                self._train_phases(vector_steps, guard)
+                requests = [budget.request(agent, self.state.agent_steps) for agent in self.population]
+                self._train_phases(requests, guard)
                 with PROFILER.log:
                     self._report_training(self.state.phase_results)
                 self.state.phase_results = []
                 with PROFILER.evaluate:
                     self._seed_env(len(self.population))
                     self.fitnesses = self._evaluate()
-                self.state.agent_steps += vector_steps * self.num_envs
+                self.state.agent_steps += budget.generation_steps(self.state.slot_progress)
+                self.state.total_steps += budget.steps(sum(self.state.slot_progress))
                 self.state.generation += 1
                 self.state.slot_progress = [0] * len(self.population)
-                done = self.state.agent_steps >= self.max_steps or target_reached(self.fitnesses, self.target)
+                done = (self.budget.exhausted(self.state.agent_steps) or self.stop_requested
+                        or target_reached(self.fitnesses, self.target))
                 with PROFILER.evolve:
                     evolution = None if done else self._evolve()
                 if self.is_main:
@@ -251,9 +289,8 @@ class GenerationLoop:
 
     @property
     def global_steps(self) -> int:
-        """Environment steps of the whole population (completed generations plus progress)."""
-        done = self.state.agent_steps * len(self.population)
-        return done + sum(self.state.slot_progress) * self.num_envs
+        """Steps the whole population took (finished generations plus this one's progress)."""
+        return self.state.total_steps + self.budget.steps(sum(self.state.slot_progress))
 
     def _evolve(self) -> EvolutionResult:
         """Select and mutate; data-parallel, the main process does and sends the result to the others."""
@@ -297,15 +334,16 @@ class GenerationLoop:
         """Seed position of slot `slot`'s evaluation (agent by agent): after every phase position."""
         return len(self.population) + slot
 
-    def _train_phases(self, vector_steps: int, guard: InterruptGuard) -> None:
-        """Train each member's phase (or the whole population's), collecting results in the loop
-        state. A first Ctrl-C stops when a phase ends (an exact checkpoint: the next phase starts
-        from a freshly seeded env either way); a second one stops the phase early."""
+    def _train_phases(self, requests: list[int], guard: InterruptGuard) -> None:
+        """Train each member's phase (or the whole population's) for the vector steps of
+        `requests` (per slot) it has not taken yet, collecting results in the loop state. A first
+        Ctrl-C stops when a phase ends (an exact checkpoint: the next phase starts from a freshly
+        seeded env either way); a second one stops the phase early."""
         if self.population_phase is not None:
-            self._train_population(vector_steps, guard)
+            self._train_population(requests, guard)
             return
         for slot, agent in enumerate(self.population):
-            remaining = vector_steps - self.state.slot_progress[slot]
+            remaining = requests[slot] - self.state.slot_progress[slot]
             if remaining > 0:
                 self._seed_env(slot)
                 result = self.phase(slot, agent, remaining, lambda: guard.urgent)
@@ -315,10 +353,10 @@ class GenerationLoop:
             if guard.requested:
                 self._interrupt()
 
-    def _train_population(self, vector_steps: int, guard: InterruptGuard) -> None:
+    def _train_population(self, requests: list[int], guard: InterruptGuard) -> None:
         assert self.population_phase is not None
-        remaining = vector_steps - min(self.state.slot_progress)
-        if remaining > 0:
+        remaining = [max(0, request - taken) for request, taken in zip(requests, self.state.slot_progress, strict=True)]
+        if any(remaining):
             self._seed_env(0)
             results = self.population_phase(self.population, remaining, lambda: guard.urgent)
             for slot, result in enumerate(results):
@@ -361,7 +399,7 @@ class GenerationLoop:
             "mutation": self.mutation.state_dict() if self.mutation is not None else None,
         }
         buffers = dict(self.buffers()) if self.buffers is not None else None
-        step = self.state.agent_steps + max(self.state.slot_progress or [0]) * self.num_envs
+        step = self.state.agent_steps + self.budget.steps(max(self.state.slot_progress or [0]))
         return checkpointer.save(step, self.population, evolution, self.state.to_dict(), buffers)
 
     def _report_training(self, results: list[PhaseResult]) -> None:

@@ -76,6 +76,12 @@ class TrainingReporter:
         self.resume_step = self._start_step = int(global_steps)
         self.progress.set(global_steps)
 
+    def expect(self, total_steps: int) -> None:
+        """Set the progress bar's total: the steps the whole population will have taken by the end
+        of the run (kept when unknown, i.e. not positive)."""
+        if total_steps > 0:
+            self.progress.total = int(total_steps)
+
     def advance(self, global_steps: int) -> None:
         """Move the progress bar to `global_steps` (environment steps of the whole population)."""
         self.progress.set(global_steps)

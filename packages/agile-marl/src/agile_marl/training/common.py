@@ -64,13 +64,14 @@ class PopulationRun:
         over = np.asarray(info["episode_over"], dtype=bool)
         self.tracker.step(summed_rewards(rewards, info), over, np.zeros_like(over))
 
-    def finish(self, population: Sequence[Any], results: list[PhaseResult], steps: int) -> list[PhaseResult]:
-        """Each member's finished training episodes into its result (and ``scores``)."""
+    def finish(self, population: Sequence[Any], results: list[PhaseResult], steps: Sequence[int]) -> list[PhaseResult]:
+        """Each member's vector steps taken (`steps`) and finished training episodes into its
+        result (and ``scores``)."""
         assert self.tracker is not None
-        for agent, result, (returns, lengths) in zip(population, results,
-                                                     self.tracker.pop_finished_by_agent(len(population)),
-                                                     strict=True):
-            result.vector_steps = steps
+        for agent, result, taken, (returns, lengths) in zip(population, results, steps,
+                                                            self.tracker.pop_finished_by_agent(len(population)),
+                                                            strict=True):
+            result.vector_steps = int(taken)
             result.episodic_returns, result.episode_lengths = returns, lengths
             if returns:
                 agent.scores.append(float(np.mean(returns)))
@@ -112,7 +113,7 @@ def check_population(pop: Sequence[Any]) -> None:
 
 
 def run_generations(loop: GenerationLoop, run: PopulationRun,
-                    phase: Callable[[list[Any], int, Callable[[], bool]], list[PhaseResult]], options: RunOptions, *,
+                    phase: Callable[[list[Any], list[int], Callable[[], bool]], list[PhaseResult]], options: RunOptions, *,
                     sum_scores: bool,
                     load_buffers: Callable[[Mapping[str, Any]], None] | None = None) -> tuple[list[Any], list[Any]]:
     """Run `loop` with the population phase and evaluation in `run`'s env; the seeds' return value."""

@@ -88,7 +88,7 @@ def _phase(population: list[Any], run: PopulationRun, memory: Any, vector_steps:
         obs = next_obs
         steps += 1
         _learn(population, run, memory, learning_delay, learn_credit, results)
-    return run.finish(population, results, steps)
+    return run.finish(population, results, [steps] * members)
 
 
 def train_multi_agent_off_policy(
@@ -143,8 +143,10 @@ def train_multi_agent_off_policy(
             Selection always ranks by the sum.
         init_hp: Initial hyperparameters (logged).
         mut_p: Mutation parameters (logged).
-        max_steps: Environment steps per member for the whole run.
-        evo_steps: Environment steps per member between evolutions (whole vector steps).
+        max_steps: Environment steps per member for the whole run; checked after each
+            generation, so the last one may take the run past it (docs/step-budgets.md).
+        evo_steps: Environment steps per member between evolutions, rounded up to whole vector
+            steps (``ceil(evo_steps / num_envs)`` of them per generation).
         eval_steps: Cap on the vector steps of an evaluation episode (None: until it ends).
         eval_loop: Evaluation rounds; each gives one episode per sub-env.
         learning_delay: A member learns only once the memory holds this many transitions.
@@ -194,8 +196,9 @@ def run_multi_agent_off_policy(env: Any, env_name: str, algo: str, pop: list[Any
     run = PopulationRun(widened, widened.num_envs // len(pop), batched=options.batch_population)
     learn_credit = LearnCredit(len(pop))
 
-    def phase(population: list[Any], vector_steps: int, should_stop: Callable[[], bool]) -> list[PhaseResult]:
-        return _phase(population, run, memory, vector_steps, learning_delay, learn_credit, should_stop)
+    def phase(population: list[Any], vector_steps: list[int], should_stop: Callable[[], bool]) -> list[PhaseResult]:
+        # Members step in lockstep: the same vector steps for all.
+        return _phase(population, run, memory, max(vector_steps), learning_delay, learn_credit, should_stop)
 
     config = {"env_name": env_name, "algo": algo, "population_size": len(pop), "num_envs": run.num_envs,
               **options.logged(), "learning_delay": learning_delay, "sum_scores": sum_scores}

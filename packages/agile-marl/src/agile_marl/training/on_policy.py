@@ -2,12 +2,14 @@
 
 One generation: the whole population steps one widened vector env (member ``p`` owns its own
 ``num_envs`` sub-envs), sampling actions through each algorithm's population-shaped rule. Every
-member fills its own rollout (``learn_step // num_envs`` vector steps, its own length after
+member fills its own rollout (``ceil(learn_step / num_envs)`` vector steps, its own length after
 mutations); when a member's rollout is full its advantages are computed (GAE with its own
 ``gamma``/``gae_lambda``; a dead agent's steps count for nothing) and it learns, together with
-every member of its group whose rollout filled at the same step. A member collects whole rollouts
-until it has taken the phase's vector steps; then it sits out while the others finish. Then every
-member is evaluated greedily and the shared generation loop selects, mutates, checkpoints and logs.
+every member of its group whose rollout filled at the same step. A member collects
+``ceil(evo_steps / learn_step)`` whole rollouts (core's
+:class:`~agile_core.training.budget.StepBudget`, whole rollouts); then it sits out while the
+others finish, and its steps count toward ``max_steps`` as taken. Then every member is evaluated
+greedily and the shared generation loop selects, mutates, checkpoints and logs.
 """
 
 from __future__ import annotations
@@ -94,8 +96,9 @@ def _learn(run: PopulationRun, population: list[Any], buffers: list[MultiAgentRo
         buffers[slot].reset()
 
 
-def _phase(population: list[Any], run: PopulationRun, rollouts: _Rollouts, vector_steps: int,
+def _phase(population: list[Any], run: PopulationRun, rollouts: _Rollouts, vector_steps: list[int],
            should_stop: Callable[[], bool]) -> list[PhaseResult]:
+    """Every member collects and learns from whole rollouts until it took its `vector_steps`."""
     members, num_envs = len(population), run.num_envs
     run.groups_for(population)
     assert run.groups is not None
@@ -105,7 +108,7 @@ def _phase(population: list[Any], run: PopulationRun, rollouts: _Rollouts, vecto
     stopping = False
 
     def collecting(slot: int) -> bool:
-        return buffers[slot].size > 0 or (not stopping and taken[slot] < vector_steps)
+        return buffers[slot].size > 0 or (not stopping and taken[slot] < vector_steps[slot])
 
     with PROFILER.env:
         obs, info = run.start()
@@ -139,7 +142,7 @@ def _phase(population: list[Any], run: PopulationRun, rollouts: _Rollouts, vecto
         obs = next_obs
         if not stopping and should_stop():
             stopping = True
-    return run.finish(population, results, max(taken))
+    return run.finish(population, results, taken)
 
 
 def train_multi_agent_on_policy(
@@ -189,9 +192,10 @@ def train_multi_agent_on_policy(
             mean returns are kept too and returned as dicts. Selection ranks by the sum.
         init_hp: Initial hyperparameters (logged).
         mut_p: Mutation parameters (logged).
-        max_steps: Environment steps per member for the whole run.
-        evo_steps: Environment steps per member between evolutions; each member collects whole
-            rollouts (``learn_step`` steps) until it has taken at least this many.
+        max_steps: Environment steps per member for the whole run; checked after each
+            generation, so the last one may take the run past it (docs/step-budgets.md).
+        evo_steps: Environment steps per member between evolutions: each member collects
+            ``ceil(evo_steps / learn_step)`` whole rollouts of ``learn_step`` steps (at least one).
         eval_steps: Cap on the vector steps of an evaluation episode (None: until it ends).
         eval_loop: Evaluation rounds; each gives one episode per sub-env.
         target: Stop once every member's latest fitness is at least this.
@@ -235,10 +239,11 @@ def run_multi_agent_on_policy(env: Any, env_name: str, algo: str, pop: list[Any]
     run = PopulationRun(widened, widened.num_envs // len(pop), batched=options.batch_population)
     rollouts = _Rollouts()
 
-    def phase(population: list[Any], vector_steps: int, should_stop: Callable[[], bool]) -> list[PhaseResult]:
+    def phase(population: list[Any], vector_steps: list[int], should_stop: Callable[[], bool]) -> list[PhaseResult]:
         return _phase(population, run, rollouts, vector_steps, should_stop)
 
     config = {"env_name": env_name, "algo": algo, "population_size": len(pop), "num_envs": run.num_envs,
               **options.logged(), "sum_scores": sum_scores}
-    loop = GenerationLoop.create(pop, widened, no_agent_phase, algo, env_name, options, config=config)
+    loop = GenerationLoop.create(pop, widened, no_agent_phase, algo, env_name, options, config=config,
+                                 whole_rollouts=True)
     return run_generations(loop, run, phase, options, sum_scores=sum_scores)

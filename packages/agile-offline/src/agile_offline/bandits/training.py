@@ -303,12 +303,15 @@ def run_bandits(env: Any, env_name: str, algo: str, pop: list[Any], options: Run
 
     config = {"env_name": env_name, "algo": algo, "population_size": len(pop), **options.logged(),
               "episode_steps": episode_steps}
+    # The last generation takes only what is left of max_steps (the memory holds max_steps pairs).
     loop = GenerationLoop.create(pop, env, phase, algo, env_name, options, config=config,
-                                 buffers=lambda: run.states(loop.population))
+                                 buffers=lambda: run.states(loop.population), trim_last=True)
     loop.on_evolved = run.evolved
     if options.batch_population:
-        def population_phase(agents: list[Any], vector_steps: int, should_stop: Callable[[], bool]) -> list[PhaseResult]:
-            return _population_phase(agents, env, run, vector_steps, should_stop)
+        def population_phase(agents: list[Any], vector_steps: list[int],
+                             should_stop: Callable[[], bool]) -> list[PhaseResult]:
+            # Every agent answers the same rows: the same bandit steps for all.
+            return _population_phase(agents, env, run, max(vector_steps), should_stop)
 
         def population_evaluate(agents: list[Any]) -> list[float]:
             return _evaluate_population(agents, env, eval_rows * options.eval_loop)
