@@ -292,7 +292,7 @@ def test_loss_and_clipping_come_from_the_manifest_and_bad_values_name_their_fiel
     env = trainer.make_env()
     agents = trainer.make_population(env, None)
     assert [(agent.loss, agent.max_grad_norm) for agent in agents] == [("huber", 10.0)] * 2
-    assert DQN(OBS, ACT).loss == "mse" and DQN(OBS, ACT).max_grad_norm is None  # the spec's defaults
+    assert DQN(OBS, ACT).loss == "mse" and DQN(OBS, ACT).max_grad_norm == 10.0  # the spec's defaults
     assert agents[0].population_key() != DQN(OBS, ACT).population_key()  # no group mixes two losses
     for field, value in (("loss", "l1"), ("max_grad_norm", 0.0)):
         bad = {**base, "algorithm": {**base["algorithm"], field: value}}
