@@ -4,6 +4,7 @@ server's and the client's tests (see /work/arena_contract.md)."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,6 +15,9 @@ from pathlib import Path
 import pytest
 
 READY = "agile arena server listening on "
+SANDBOX = shutil.which("bwrap") is not None
+"""Whether jobs run in the bubblewrap sandbox here; without it the servers of the tests run with
+--unsafe-no-sandbox, unless AGILE_REQUIRE_SANDBOX is set (CI), which makes that an error."""
 START_TIMEOUT_S = 90.0  # imports take ~2 s; much longer on a loaded 2-core machine
 
 
@@ -25,11 +29,13 @@ class ArenaServer:
     `.restart()`, `.output()` (everything the server printed so far).
     """
 
-    def __init__(self, data_dir: Path, log_path: Path, slots: int = 1, extra_args: tuple[str, ...] = ()) -> None:
+    def __init__(self, data_dir: Path, log_path: Path, slots: int = 1, extra_args: tuple[str, ...] = (),
+                 env: dict[str, str] | None = None) -> None:
         self.data_dir = data_dir
         self.log_path = log_path
         self.slots = slots
-        self.extra_args = extra_args
+        self.extra_args = extra_args + sandbox_args()
+        self.env = env or {}
         self.url = ""
         self.process: subprocess.Popen[bytes] | None = None
         self.key = self.create_key("tests")
@@ -44,7 +50,7 @@ class ArenaServer:
         """Start the server and wait for its "listening on" line."""
         assert self.process is None or self.process.poll() is not None, "already running"
         start = self.log_path.stat().st_size if self.log_path.exists() else 0
-        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        env = {**os.environ, "OMP_NUM_THREADS": "1", **self.env}
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "agile_arena.server", "serve", "--data-dir", str(self.data_dir),
@@ -95,9 +101,19 @@ class ArenaServer:
         self.start()
 
 
-def launch_arena_server(folder: Path, slots: int = 1, extra_args: tuple[str, ...] = ()) -> ArenaServer:
+def sandbox_args() -> tuple[str, ...]:
+    """`--unsafe-no-sandbox` where bubblewrap is missing (an error when AGILE_REQUIRE_SANDBOX is set)."""
+    if SANDBOX:
+        return ()
+    if os.environ.get("AGILE_REQUIRE_SANDBOX"):
+        raise RuntimeError("AGILE_REQUIRE_SANDBOX is set but bubblewrap (bwrap) is not installed")
+    return ("--unsafe-no-sandbox",)
+
+
+def launch_arena_server(folder: Path, slots: int = 1, extra_args: tuple[str, ...] = (),
+                        env: dict[str, str] | None = None) -> ArenaServer:
     """An ArenaServer over `folder/data`, logging to `folder/server.log`, started."""
-    server = ArenaServer(folder / "data", folder / "server.log", slots=slots, extra_args=extra_args)
+    server = ArenaServer(folder / "data", folder / "server.log", slots=slots, extra_args=extra_args, env=env)
     server.start()
     return server
 

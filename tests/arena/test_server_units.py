@@ -200,7 +200,7 @@ def test_stop_escalates_to_sigkill_after_the_grace_period_and_slots_are_respecte
 
     from agile_arena.server import procs
 
-    def stubborn_worker(job_id: str, job_dir: Path, resume: bool, device: str) -> subprocess.Popen[bytes]:
+    def stubborn_worker(job_id: str, job_dir: Path, resume: bool, device: str, *args: object) -> subprocess.Popen[bytes]:
         code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(120)"
         with open(job_dir / "log.txt", "ab") as log:
             return subprocess.Popen([sys.executable, "-c", code], stdout=log, stderr=subprocess.STDOUT,

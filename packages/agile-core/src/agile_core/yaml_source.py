@@ -133,6 +133,9 @@ class ManifestSource:
     filename: str = "<manifest>"
     lines: dict[Path, int] = field(default_factory=dict)
     base_dir: FsPath | None = None
+    search_cwd: bool = True
+    """Whether a relative file the manifest names may also be found in the working directory
+    (False for a server validating a tenant's manifest: only its own folder counts)."""
     origins: dict[Path, str] = field(default_factory=dict)
     """Paths set from outside the file (`--set key=value`), with the argument that set them."""
 

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import secrets
+import unicodedata
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -25,12 +26,14 @@ from agile_arena.server.errors import ApiError
 from agile_arena.server.limits import BodyLimit
 from agile_arena.server.paths import UnsafePath, resolve_inside
 from agile_arena.server.runner import ResumeRefused, Runner
+from agile_arena.server.sandbox import Sandbox
 from agile_arena.server.store import Job, Store
 from agile_arena.server.validation import InvalidManifest, validate_manifest_text
 
 RESOURCE_ID = "local"
 _JOB_ID = re.compile(r"[0-9a-f]{16}")
 _TEXT_FIELDS = {"filename": 255, "experiment_name": 200, "project": 200, "resource_id": 100}
+MAX_PATH_CHARS = 4096
 
 
 def version() -> str:
@@ -45,11 +48,12 @@ def version() -> str:
 
 
 def create_app(data_dir: Path, slots: int = 1, max_request_bytes: int = 1_048_576, device: str = "cpu",
-               stop_grace: float = 20.0) -> Starlette:
-    """The app for one data directory; `slots` jobs run at once, bodies over `max_request_bytes` get 413."""
+               stop_grace: float = 20.0, sandbox: Sandbox | None = None) -> Starlette:
+    """The app for one data directory; `slots` jobs run at once, bodies over `max_request_bytes` get 413;
+    each job's worker runs in `sandbox` (None: no sandbox, for in-process tests only)."""
     data_dir = data_dir.resolve()
     store = Store(data_dir)
-    runner = Runner(store, data_dir, slots, device=device, stop_grace=stop_grace)
+    runner = Runner(store, data_dir, slots, device=device, stop_grace=stop_grace, sandbox=sandbox)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -155,20 +159,26 @@ def create_app(data_dir: Path, slots: int = 1, max_request_bytes: int = 1_048_57
         relative = request.query_params.get("path")
         if relative is None:
             raise ApiError("bad_request", "give the file or folder to download as ?path= (relative to the run directory)")
+        if len(relative) > MAX_PATH_CHARS:
+            raise ApiError("bad_request", f"the path is longer than {MAX_PATH_CHARS} characters")
         run_dir = runner.job_dir(job.id) / "run"
         try:
             target = resolve_inside(run_dir, relative)
         except UnsafePath as exc:
-            raise ApiError("bad_request", f"path {relative!r} refused: {exc}") from None
+            raise ApiError("bad_request", f"path {display_safe(relative[:200])!r} refused: {exc}") from None
         name = target.name or job.id
-        if target.is_dir():
-            handle = await to_thread.run_sync(files.tar_directory, target)
-            media, name = "application/x-tar", f"{name}.tar"
-        elif target.is_file():
-            handle = open(target, "rb")  # noqa: SIM115 (closed by the stream)
-            media = "application/octet-stream"
-        else:
-            raise ApiError("not_found", f"{relative!r} does not exist in the run directory")
+        missing = ApiError("not_found", f"{display_safe(relative[:200])!r} does not exist in the run directory")
+        try:
+            if target.is_dir():
+                handle = await to_thread.run_sync(files.tar_directory, target)
+                media, name = "application/x-tar", f"{name}.tar"
+            elif target.is_file():
+                handle = open(target, "rb")  # noqa: SIM115 (closed by the stream)
+                media = "application/octet-stream"
+            else:
+                raise missing
+        except OSError:  # a name too long for the file system, a folder that vanished meanwhile
+            raise missing from None
         headers = {"content-length": str(files.size_of(handle)),
                    "content-disposition": f"attachment; filename=\"{_header_safe(name)}\""}
         return StreamingResponse(files.chunks(handle), media_type=media, headers=headers)
@@ -213,25 +223,44 @@ def _submission(body: bytes) -> dict[str, Any]:
     """The fields of a POST /v1/experiments body, type-checked."""
     try:
         data = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        raise ApiError("bad_request", "the body must be a JSON object") from None
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise ApiError("bad_request", "the body must be a JSON object (at most a few hundred levels deep)") from None
     if not isinstance(data, dict):
         raise ApiError("bad_request", "the body must be a JSON object")
     manifest = data.get("manifest")
     if not isinstance(manifest, str) or not manifest.strip():
         raise ApiError("bad_request", "`manifest` (the manifest's YAML or JSON text) is required",
                        [{"path": "manifest", "message": "required: a non-empty string"}])
+    _check_encodable("manifest", manifest)
     fields: dict[str, Any] = {"manifest": manifest}
     for name, longest in _TEXT_FIELDS.items():
         value = data.get(name)
         if value is not None and (not isinstance(value, str) or len(value) > longest):
             raise ApiError("bad_request", f"`{name}` must be a string of at most {longest} characters",
                            [{"path": name, "message": f"a string of at most {longest} characters"}])
+        if value is not None:
+            _check_encodable(name, value)
+            value = display_safe(value) if name != "resource_id" else value
         fields[name] = value
     if fields["resource_id"] not in (None, RESOURCE_ID):
         raise ApiError("bad_request", f"unknown resource {fields['resource_id']!r}; this server has {RESOURCE_ID!r}",
                        [{"path": "resource_id", "message": f"must be {RESOURCE_ID!r} or null"}])
     return fields
+
+
+def _check_encodable(name: str, text: str) -> None:
+    """Refuse text that is not valid Unicode (lone surrogates from JSON escapes such as \\ud800)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ApiError("bad_request", f"`{name}` is not valid Unicode (it holds a lone surrogate)",
+                       [{"path": name, "message": "must be valid Unicode text"}]) from None
+
+
+def display_safe(text: str) -> str:
+    """`text` with control and format characters (terminal escapes, newlines, bidirectional
+    overrides) replaced by U+FFFD, so a name cannot rewrite a client's terminal or log line."""
+    return "".join("\ufffd" if unicodedata.category(char).startswith("C") else char for char in text)
 
 
 def _fresh(store: Store, job: Job) -> Job:
@@ -242,8 +271,8 @@ def _int_param(request: Request, name: str, default: int) -> int:
     text = request.query_params.get(name)
     if text is None:
         return default
-    if not text.isdigit():
-        raise ApiError("bad_request", f"`{name}` must be a non-negative integer, got {text[:40]!r}")
+    if not (text.isascii() and text.isdigit()) or len(text) > 18:
+        raise ApiError("bad_request", f"`{name}` must be a non-negative integer (ASCII digits), got {text[:40]!r}")
     return int(text)
 
 

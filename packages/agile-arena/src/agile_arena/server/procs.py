@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from agile_arena.server.sandbox import Sandbox
 from agile_arena.server.worker import JOB_ENV, PARENT_PID_ENV
 
 PASSED_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "PYTHONPATH",
@@ -20,26 +21,57 @@ PASSED_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPD
 """The only server environment variables a worker sees (plus `LC_*`): no keys, tokens or secrets."""
 
 
-def worker_env(job_id: str) -> dict[str, str]:
+def worker_env(job_id: str, watch_parent: bool = True) -> dict[str, str]:
     """The environment of a job's worker: an allow-list of the server's, OMP_NUM_THREADS=1 unless set,
-    unbuffered output, and the markers used to find it again after a crash."""
+    unbuffered output, and the markers used to find it again after a crash. `watch_parent` asks the
+    worker to check that the server is its parent (not in a sandbox, where bubblewrap is)."""
     env = {name: value for name, value in os.environ.items() if name in PASSED_ENV or name.startswith("LC_")}
     env.setdefault("OMP_NUM_THREADS", "1")
     env["PYTHONUNBUFFERED"] = "1"
     env["WANDB_MODE"] = "disabled"
-    env[PARENT_PID_ENV] = str(os.getpid())
+    if watch_parent:
+        env[PARENT_PID_ENV] = str(os.getpid())
     env[JOB_ENV] = job_id
     return env
 
 
-def start_worker(job_id: str, job_dir: Path, resume: bool, device: str) -> subprocess.Popen[bytes]:
-    """Start `python -m agile_arena.server.worker JOB_DIR` in a new session, output appended to log.txt."""
+def start_worker(job_id: str, job_dir: Path, resume: bool, device: str, sandbox: Sandbox,
+                 slot: int = 0) -> subprocess.Popen[bytes]:
+    """Start `python -m agile_arena.server.worker JOB_DIR` in a new session, inside `sandbox` (as the
+    uid of `slot` on a root server), output appended to log.txt."""
     command = [sys.executable, "-m", "agile_arena.server.worker", str(job_dir), "--device", device]
     if resume:
         command.append("--resume")
+    uid = sandbox.job_uid(slot)
+    sandbox.prepare(job_dir, uid)
     with open(job_dir / "log.txt", "ab") as log:
-        return subprocess.Popen(command, cwd=job_dir, env=worker_env(job_id), stdin=subprocess.DEVNULL,
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+        return subprocess.Popen(sandbox.command(command, job_dir, uid), cwd=job_dir,
+                                env=worker_env(job_id, watch_parent=not sandbox.enabled),
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, close_fds=True, preexec_fn=sandbox.limit_setter())
+
+
+def signal_job(job_id: str, pgid: int, signum: int, sandboxed: bool) -> bool:
+    """Send `signum` to a job's worker and what it started. Outside a sandbox that is its process
+    group; inside, every process of the job but bubblewrap's own (bubblewrap dies on SIGTERM and
+    would take the worker with it before it saves a checkpoint). SIGKILL always goes to the group."""
+    if not sandboxed or signum == signal.SIGKILL:
+        return signal_group(pgid, signum)
+    sent = False
+    for pid in orphans_of(job_id):
+        if _command_name(pid) == "bwrap":
+            continue
+        with contextlib.suppress(OSError):
+            os.kill(pid, signum)
+            sent = True
+    return sent
+
+
+def _command_name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
 
 
 def signal_group(pgid: int, signum: int) -> bool:

@@ -16,11 +16,13 @@ import time
 from pathlib import Path
 
 from agile_arena.server import procs
+from agile_arena.server.sandbox import Sandbox, folder_over_quota
 from agile_arena.server.store import TERMINAL, Job, Store, now_iso
 from agile_arena.server.worker import EXIT_INTERRUPTED, EXIT_INVALID
 
 logger = logging.getLogger("uvicorn.error")
 POLL_SECONDS = 0.2
+QUOTA_SECONDS = 5.0
 RESUMABLE = frozenset({"stopped", "interrupted", "failed"})
 
 
@@ -44,8 +46,9 @@ class Runner:
     """At most `slots` workers at a time; the rest of the queue waits in `queued_at` order."""
 
     def __init__(self, store: Store, data_dir: Path, slots: int, device: str = "cpu",
-                 stop_grace: float = 20.0) -> None:
+                 stop_grace: float = 20.0, sandbox: Sandbox | None = None) -> None:
         self.store = store
+        self.sandbox = sandbox if sandbox is not None else Sandbox.disabled()
         self.jobs_dir = data_dir / "jobs"
         self.slots = slots
         self.device = device
@@ -56,6 +59,9 @@ class Runner:
         self._kill_at: dict[str, float] = {}
         self._hurry_at: dict[str, float] = {}
         self._stopping: set[str] = set()
+        self._slot_of: dict[str, int] = {}
+        self._quota_at: dict[str, float] = {}
+        self._over_quota: dict[str, int] = {}
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -91,7 +97,7 @@ class Runner:
             await self._task
         now = time.monotonic()
         for job_id, worker in self._workers.items():
-            procs.signal_group(worker.pid, signal.SIGTERM)
+            self._signal(job_id, worker, signal.SIGTERM)
             self._hurry_at[job_id] = now + self.stop_grace / 2
             self._kill_at[job_id] = now + self.stop_grace
         deadline = now + self.stop_grace + 10
@@ -128,21 +134,39 @@ class Runner:
     def _start(self, job: Job) -> None:
         job_dir = self.job_dir(job.id)
         self._note(job.id, "starting" + (" (resuming from the last checkpoint)" if job.resume else ""))
+        self._note(job.id, self.sandbox.describe())
+        slot = min(set(range(self.slots)) - set(self._slot_of.values()))
         try:
-            worker = procs.start_worker(job.id, job_dir, job.resume, self.device)
+            worker = procs.start_worker(job.id, job_dir, job.resume, self.device, self.sandbox, slot)
         except OSError as exc:
             self.store.mark_finished(job.id, "failed", None, f"cannot start the worker: {exc.strerror or exc}")
             return
         self._workers[job.id] = worker
+        self._slot_of[job.id] = slot
+        self._quota_at[job.id] = time.monotonic() + QUOTA_SECONDS
         self.store.mark_running(job.id, worker.pid)
+
+    def _signal(self, job_id: str, worker: subprocess.Popen[bytes], signum: int) -> None:
+        procs.signal_job(job_id, worker.pid, signum, self.sandbox.enabled)
+
+    def _check_quota(self, job_id: str, worker: subprocess.Popen[bytes], now: float) -> None:
+        """Every few seconds: SIGKILL a job whose folder outgrew the disk limit."""
+        if now < self._quota_at.get(job_id, 0.0) or job_id in self._over_quota:
+            return
+        self._quota_at[job_id] = now + QUOTA_SECONDS
+        size = folder_over_quota(self.job_dir(job_id), self.sandbox.limits.disk_bytes)
+        if size is not None:
+            self._over_quota[job_id] = size
+            procs.signal_group(worker.pid, signal.SIGKILL)
 
     def _reap(self) -> None:
         now = time.monotonic()
         for job_id, worker in list(self._workers.items()):
             code = worker.poll()
             if code is None:
+                self._check_quota(job_id, worker, now)
                 if job_id in self._hurry_at and now >= self._hurry_at[job_id]:
-                    procs.signal_group(worker.pid, signal.SIGTERM)  # second SIGTERM: stop at the next step
+                    self._signal(job_id, worker, signal.SIGTERM)  # second SIGTERM: stop at the next step
                     del self._hurry_at[job_id]
                 if job_id in self._kill_at and now >= self._kill_at[job_id]:
                     procs.signal_group(worker.pid, signal.SIGKILL)
@@ -152,7 +176,10 @@ class Runner:
             del self._workers[job_id]
             self._kill_at.pop(job_id, None)
             self._hurry_at.pop(job_id, None)
+            self._slot_of.pop(job_id, None)
+            self._quota_at.pop(job_id, None)
             status, error = self._outcome(job_id, code)
+            self._over_quota.pop(job_id, None)
             self._stopping.discard(job_id)
             self.store.mark_finished(job_id, status, code, error)
             self._note(job_id, f"{status} (exit code {code})" + (f": {error}" if error else ""))
@@ -160,6 +187,9 @@ class Runner:
     def _outcome(self, job_id: str, code: int) -> tuple[str, str | None]:
         if job_id in self._stopping:
             return "stopped", None
+        if job_id in self._over_quota:
+            return "failed", (f"the job folder grew to {self._over_quota[job_id]} bytes, past the server's "
+                              f"limit of {self.sandbox.limits.disk_bytes} bytes")
         if code == 0:
             return "completed", None
         if self.closing:
@@ -168,8 +198,8 @@ class Runner:
             return "failed", "invalid manifest or checkpoint: " + self._last_log_line(job_id)
         if code == EXIT_INTERRUPTED:
             return "failed", "the worker was interrupted: " + self._last_log_line(job_id)
-        if code < 0:
-            return "failed", f"the worker was killed by signal {-code}"
+        if code < 0 or code > 128:
+            return "failed", self._killed_by(-code if code < 0 else code - 128)
         return "failed", self._last_log_line(job_id) or f"the worker exited with code {code}"
 
     # ------------------------------------------------------------------ requests
@@ -190,7 +220,7 @@ class Runner:
             self._kill_at[job_id] = time.monotonic() + self.stop_grace
             self._hurry_at[job_id] = time.monotonic() + self.stop_grace / 2
             self._note(job_id, "stop requested: SIGTERM sent")
-            procs.signal_group(worker.pid, signal.SIGTERM)
+            self._signal(job_id, worker, signal.SIGTERM)
         while job_id in self._workers:
             await asyncio.sleep(POLL_SECONDS / 2)
             self._reap()
@@ -212,6 +242,19 @@ class Runner:
     def counts(self) -> tuple[int, int]:
         """(running, queued) jobs."""
         return self.store.count("running"), self.store.count("queued")
+
+    def _killed_by(self, signum: int) -> str:
+        """Why a worker died of signal `signum`, naming the sandbox limit when one explains it."""
+        limits = self.sandbox.limits
+        if signum == signal.SIGXCPU and limits.cpu_seconds is not None:
+            return f"the job used up its CPU time limit ({limits.cpu_seconds} CPU seconds per process)"
+        if signum == signal.SIGXFSZ and limits.file_bytes is not None:
+            return f"the job wrote a file larger than the limit of {limits.file_bytes} bytes"
+        try:
+            name = signal.Signals(signum).name
+        except ValueError:
+            name = str(signum)
+        return f"the worker was killed by signal {signum} ({name})"
 
     # ------------------------------------------------------------------ the job log
     def _note(self, job_id: str, text: str) -> None:

@@ -3,6 +3,7 @@ every path the manifest names to the job directory."""
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,7 @@ def validate_manifest_text(text: str, filename: str, job_dir: Path) -> ValidMani
     Raises InvalidManifest listing every problem with its dotted field path (`algorithm.lr`), its
     line when known, and the value (hidden for secret-like fields), as `agile validate --json` does.
     """
+    from agile_arena.manifests import refuse_mf_pbt
     from agile_arena.server.paths import manifest_path_issues
     from agile_core.errors import ManifestError, ManifestIssue
     from agile_core.specs.manifest import validate_source
@@ -39,17 +41,19 @@ def validate_manifest_text(text: str, filename: str, job_dir: Path) -> ValidMani
     try:
         source = parse_text(text, filename)
         source.base_dir = job_dir
+        source.search_cwd = False  # the server's working directory is not the tenant's
         refused = manifest_path_issues(source.data, job_dir) + stdlib_import_issues(source.data)
         if refused:
             raise ManifestError(source.locate([ManifestIssue(path, message, value)
                                                for path, message, value in refused]), filename)
-        manifest = validate_source(source)
+        manifest = validate_source(source, emit_warnings=False)
+        refuse_mf_pbt(manifest, source)  # as Arena: tournament selection only
     except ManifestError as exc:
-        raise InvalidManifest([_entry(issue.to_dict()) for issue in exc.issues]) from None
+        raise InvalidManifest([_scrubbed(_entry(issue.to_dict()), job_dir) for issue in exc.issues]) from None
     except Exception as exc:  # a loader bug must not become a 500 with a traceback
         detail = " ".join(str(exc).split())[:200]
-        raise InvalidManifest([{"path": "", "message": f"internal error while validating "
-                                                       f"({type(exc).__name__}: {detail})"}]) from None
+        raise InvalidManifest([_scrubbed({"path": "", "message": f"internal error while validating "
+                                                                 f"({type(exc).__name__}: {detail})"}, job_dir)]) from None
     return ValidManifest(algorithm=manifest.algorithm.name, environment=manifest.environment.name)
 
 
@@ -76,6 +80,19 @@ def stdlib_import_issues(data: Any) -> list[tuple[tuple[str | int, ...], str, st
         if (":" in reference or "." in reference) and top in sys.stdlib_module_names:
             issues.append((path, f"this server does not run standard-library callables ('{top}')", reference))
     return issues
+
+
+def _scrubbed(entry: dict[str, Any], job_dir: Path) -> dict[str, Any]:
+    """`entry` with the server's job folder left out of its texts (`/srv/data/jobs/ab12/x.py` reads
+    `x.py`, the folder itself "the job folder"): errors never show where the server keeps jobs."""
+    folders = sorted({str(job_dir), os.path.realpath(job_dir)}, key=len, reverse=True)
+
+    def scrub(text: str) -> str:
+        for folder in folders:
+            text = text.replace(folder + os.sep, "").replace(folder, "the job folder")
+        return text
+
+    return {key: scrub(value) if isinstance(value, str) else value for key, value in entry.items()}
 
 
 def _entry(issue: dict[str, Any]) -> dict[str, Any]:

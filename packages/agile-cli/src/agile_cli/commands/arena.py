@@ -104,6 +104,9 @@ def register(sub: Any) -> None:
     serve.add_argument("--max-request-bytes", type=int, default=1_048_576, metavar="N",
                        help="largest request body accepted (default 1 MiB)")
     serve.add_argument("--device", default="cpu", help="torch device the jobs train on (default cpu)")
+    serve.add_argument("--unsafe-no-sandbox", action="store_true",
+                       help="run jobs without their bubblewrap sandbox (their code can read and change "
+                            "everything the server can); limits: python -m agile_arena.server serve --help")
     serve.set_defaults(handler=_guarded(_serve, json_output=False))
 
     create_key = actions.add_parser("create-key", help="create an API key on a server's data dir",
@@ -464,7 +467,8 @@ def _serve(args: argparse.Namespace) -> int:
     server = _server_module()
     try:
         server.serve(data_dir=args.data_dir, host=args.host, port=args.port, slots=args.slots,
-                     max_request_bytes=args.max_request_bytes, device=args.device)
+                     max_request_bytes=args.max_request_bytes, device=args.device,
+                     unsafe_no_sandbox=args.unsafe_no_sandbox)
     except ValueError as exc:
         raise _BadInput(str(exc)) from None
     return EXIT_OK

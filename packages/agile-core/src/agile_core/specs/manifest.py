@@ -170,7 +170,7 @@ def validate_source(source: ManifestSource, *, emit_warnings: bool = True) -> Tr
         raise ManifestError(source.locate(issues), source.filename) from None
     manifest._base_dir = source.base_dir
     manifest._filename = source.filename
-    problems = _check_paths(manifest)
+    problems = _check_paths(manifest, source.search_cwd)
     if problems:
         raise ManifestError(source.locate(problems), source.filename)
     manifest._warnings = source.locate(manifest._warnings)
@@ -416,30 +416,31 @@ def _rl_hp_notes(out: dict[str, Any]) -> list[ManifestIssue]:
     return notes
 
 
-def _check_paths(manifest: TrainingManifest) -> list[ManifestIssue]:
+def _check_paths(manifest: TrainingManifest, search_cwd: bool = True) -> list[ManifestIssue]:
     """Files the manifest names must exist: a relative path is looked up in the manifest's folder,
-    then in the working directory (where a path found only there is made absolute, so every
-    reader finds the same file)."""
+    then (with `search_cwd`) in the working directory, where a path found only there is made
+    absolute, so every reader finds the same file."""
     env = manifest.environment
     issues = []
     for field in ("path", "features", "targets"):
         value = getattr(env, field, None)
         if not isinstance(value, str):
             continue
-        found = find_manifest_file(value, manifest.base_dir)
+        found = find_manifest_file(value, manifest.base_dir, search_cwd)
         if found is None:
-            places = " and ".join(dict.fromkeys(str(p) for p in (manifest.base_dir, FsPath.cwd())))
+            folders = (manifest.base_dir, FsPath.cwd()) if search_cwd else (manifest.base_dir,)
+            places = " and ".join(dict.fromkeys(str(p) for p in folders))
             issues.append(ManifestIssue(("environment", field), f"file not found (looked in {places})", value))
         elif not (manifest.base_dir / FsPath(value).expanduser()).is_file():
             setattr(env, field, str(found))
     return issues
 
 
-def find_manifest_file(value: str, base_dir: FsPath) -> FsPath | None:
+def find_manifest_file(value: str, base_dir: FsPath, search_cwd: bool = True) -> FsPath | None:
     """The file a manifest names: an absolute path as given; a relative one in the manifest's
-    folder `base_dir`, else in the working directory; None when neither holds it."""
+    folder `base_dir`, else (with `search_cwd`) in the working directory; None when none holds it."""
     path = FsPath(value).expanduser()
-    candidates = [path] if path.is_absolute() else [base_dir / path, FsPath.cwd() / path]
+    candidates = [path] if path.is_absolute() else [base_dir / path, *([FsPath.cwd() / path] if search_cwd else [])]
     return next((candidate.resolve() for candidate in candidates if candidate.is_file()), None)
 
 
