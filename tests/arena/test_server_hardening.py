@@ -136,11 +136,12 @@ ROUTES = ["", "/logs", "/stop", "/resume", "/checkpoints", "/metrics", "/downloa
 
 @settings(max_examples=300, deadline=None, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(method=st.sampled_from(["GET", "POST", "PUT", "DELETE"]), job=JOB_IDS, route=st.sampled_from(ROUTES),
-       params=PARAMS, body=BODIES, listing=st.booleans())
+@given(method=st.sampled_from(["GET", "POST", "PUT", "DELETE", "PATCH"]), job=JOB_IDS, route=st.sampled_from(ROUTES),
+       params=PARAMS, body=BODIES,
+       top=st.sampled_from([None, "/v1/experiments", "/v1/health", "/v1/resources", "/v1", "/", "/v2/experiments"]))
 def test_no_request_gets_a_500(http: httpx.Client, method: str, job: str, route: str, params: dict[str, str],
-                               body: bytes, listing: bool) -> None:
-    path = "/v1/experiments" if listing else f"/v1/experiments/{job}{route}"
+                               body: bytes, top: str | None) -> None:
+    path = top if top is not None else f"/v1/experiments/{job}{route}"
     try:
         response = http.request(method, path, params=params, content=body if method != "GET" else None)
     except httpx.InvalidURL:
