@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 import warnings
 from abc import ABC, abstractmethod
 from pathlib import Path
@@ -245,10 +246,11 @@ class LocalTrainer(Trainer):
               tensorboard: bool = False, tensorboard_log_dir: str | None = None, checkpoint_steps: int | None = None,
               checkpoint_path: str | None = None, overwrite_checkpoints: bool = False,
               wandb_api_key: str | None = None, wandb_kwargs: dict[str, Any] | None = None, *,
-              csv_path: str | None = None) -> tuple[list[Any], list[float]]:
+              csv_path: str | None = None, threads: int | None = None) -> tuple[list[Any], list[float]]:
         """Train; return (population, fitnesses of the last evaluation). `csv_path` also writes
         every metric to a CSV file. With ``backend="ray"`` members train in Ray actors
-        (:mod:`agile_core.distributed`), the rest of the run staying here."""
+        (:mod:`agile_core.distributed`), the rest of the run staying here. `threads`: torch's
+        intra-op threads per process (default: chosen by :mod:`agile_core.threads`)."""
         from agile_core.training.options import RunOptions
 
         def options(selection: Any, mutation: Any) -> RunOptions:
@@ -263,9 +265,13 @@ class LocalTrainer(Trainer):
         if self.backend == "ray":
             from agile_core.distributed.ray_loop import train_with_ray
 
-            return train_with_ray(self, self.ray_options, options)
+            return train_with_ray(self, self.ray_options, options, threads=threads)
+        from agile_core.threads import configure_threads
+
         run_loop = paradigm_of(self.manifest.algorithm.name).load_attr("run_loop")
         env, population, selection, mutation = self.setup()
+        processes = int(getattr(self.accelerator, "num_processes", None) or os.environ.get("WORLD_SIZE") or 1)
+        configure_threads(population, threads, processes)
         return run_loop(self.manifest, env, population, options(selection, mutation), self.device)
 
 

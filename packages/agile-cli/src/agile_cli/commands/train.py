@@ -29,6 +29,9 @@ def register(sub: Any) -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a manifest field, e.g. --set training.pop_size=2 (repeatable)")
     parser.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    parser.add_argument("--threads", type=positive_int, metavar="N",
+                        help="torch threads per process (default: $AGILE_NUM_THREADS, else what OMP_NUM_THREADS "
+                             "set, else 1 for RL-sized networks and the free cores for large ones)")
     parser.add_argument("--seed", type=int, help="seed for environments, networks and evolution")
     parser.add_argument("--run-dir", metavar="DIR", help="run directory (default: runs/<manifest>-<timestamp>)")
     parser.add_argument("--wb", action="store_true", help="log to Weights & Biases")
@@ -214,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
                 overwrite_checkpoints=args.overwrite_checkpoints,
                 wandb_api_key=args.wandb_api_key or os.environ.get("WANDB_API_KEY"),
                 wandb_kwargs={"dir": str(run_dir)} if args.wb else None,
-                csv_path=str(run_dir / "metrics.csv"),
+                csv_path=str(run_dir / "metrics.csv"), threads=args.threads,
             )
     except ManifestError as exc:  # a manifest problem only found when building the run (exit 2, no traceback)
         print(ManifestError(exc.issues, args.manifest).report(), file=sys.stderr)

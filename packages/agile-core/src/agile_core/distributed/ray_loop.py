@@ -18,6 +18,7 @@ from agile_core.distributed.errors import BackendError
 from agile_core.distributed.options import RayOptions
 from agile_core.distributed.pool import Placement, WorkerPool
 from agile_core.distributed.session import import_ray, ray_session
+from agile_core.threads import resolve_threads
 
 if TYPE_CHECKING:
     from agile_core.specs.manifest import TrainingManifest
@@ -136,10 +137,11 @@ class RemotePopulation:
         return fitnesses
 
 
-def train_with_ray(trainer: LocalTrainer, options: RayOptions,
-                   run_options: Callable[[Any, Any], RunOptions]) -> tuple[list[Any], list[float]]:
+def train_with_ray(trainer: LocalTrainer, options: RayOptions, run_options: Callable[[Any, Any], RunOptions],
+                   threads: int | None = None) -> tuple[list[Any], list[float]]:
     """Run `trainer` with its members' phases on Ray; `run_options(selection, mutation)` gives
-    the run's options (from the manifest and `LocalTrainer.train`'s arguments). Returns
+    the run's options (from the manifest and `LocalTrainer.train`'s arguments); each worker
+    computes with `threads` torch threads (default: by :mod:`agile_core.threads`, within its CPUs). Returns
     (population, fitnesses of the last evaluation), like the local loops."""
     check_supported(trainer, options)
     import_ray()  # fail before the population is built when Ray is missing
@@ -151,7 +153,8 @@ def train_with_ray(trainer: LocalTrainer, options: RayOptions,
         actor_class = _actor_class(ray, options)
         payload = manifest.to_dict()
         base_dir = str(manifest.base_dir)
-        threads = max(1, int(options.cpus_per_worker))
+        cpus = max(1, int(options.cpus_per_worker))
+        threads = resolve_threads(population, threads, cores=cpus) or cpus  # None: the user's variables
 
         def spawn() -> Any:
             return actor_class.remote(payload, base_dir, trainer.device, threads)
