@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path as FsPath
@@ -291,6 +292,37 @@ def _key_problem(node: yaml.Node) -> str:
     return f"this key reads as {kind}, not text; quote it (\"{node.value}\") if it is meant as a name"
 
 
+STREAM_WAIT_SECONDS = 5.0
+"""How long a manifest given as a FIFO may stay silent before reading it fails."""
+
+
+def _read_stream(file: FsPath) -> bytes:
+    """Everything a FIFO's writer sends, up to one byte past the size limit; ManifestError when
+    it stays silent for :data:`STREAM_WAIT_SECONDS` (no writer: the pipe would block forever)."""
+    import select
+
+    fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK)
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        while size <= MAX_MANIFEST_BYTES:
+            ready, _, _ = select.select([fd], [], [], STREAM_WAIT_SECONDS)
+            if not ready:
+                raise ManifestError([ManifestIssue((), f"nothing to read for {STREAM_WAIT_SECONDS:g} s: a FIFO "
+                                                       "without a writer? give a manifest file")], str(file))
+            chunk = os.read(fd, 65536)
+            if not chunk and chunks:
+                break
+            if not chunk:  # no writer has opened it yet: a non-blocking read of such a FIFO ends at once
+                raise ManifestError([ManifestIssue((), "nothing to read: a FIFO without a writer? give a "
+                                                       "manifest file")], str(file))
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
 def read_manifest_file(path: str | FsPath) -> ManifestSource:
     """Read a YAML or JSON manifest file; any problem becomes a ManifestError, never a traceback."""
     file = FsPath(path)
@@ -300,8 +332,11 @@ def read_manifest_file(path: str | FsPath) -> ManifestSource:
             raise ManifestError([ManifestIssue((), "no such file")], name)
         if file.is_dir():
             raise ManifestError([ManifestIssue((), "is a directory, expected a YAML or JSON manifest file")], name)
-        with file.open("rb") as stream:
-            raw = stream.read(MAX_MANIFEST_BYTES + 1)
+        if file.is_file():
+            with file.open("rb") as stream:
+                raw = stream.read(MAX_MANIFEST_BYTES + 1)
+        else:  # a FIFO or socket (`agile train <(...)`): read what a writer sends, never wait forever
+            raw = _read_stream(file)
     except ManifestError:
         raise
     except OSError as exc:
