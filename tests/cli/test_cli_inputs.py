@@ -116,3 +116,15 @@ def test_evaluate_on_an_env_with_other_spaces_says_so(tmp_path, capsys):
     assert main(["evaluate", str(tmp_path / "agent"), "--env", "Acrobot-v1", "--episodes", "1"]) == 2
     err = capsys.readouterr().err
     assert "the spaces of Acrobot-v1 do not match the agent's" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("command", "value", "expected"), [
+    ("train", "bogus", "unknown torch device 'bogus'"),
+    ("train", "cuda:97", "'cuda:97'"),
+    ("evaluate", "gpu", "unknown torch device 'gpu'"),
+])
+def test_a_device_this_machine_lacks_is_a_usage_error(capsys, command, value, expected):
+    args = [command, str(CONFIGS / "dqn_cartpole.yaml"), "--device", value]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "--device" in err and expected in err and "Traceback" not in err

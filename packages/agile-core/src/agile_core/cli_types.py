@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 
-__all__ = ["finite_float", "non_negative_float", "port", "positive_float", "positive_int"]
+__all__ = ["device", "finite_float", "non_negative_float", "port", "positive_float", "positive_int"]
 
 
 def positive_int(text: str) -> int:
@@ -56,3 +56,23 @@ def port(text: str) -> int:
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"expected a port in 0..65535, got {value}")
     return value
+
+
+def device(text: str) -> str:
+    """A torch device this machine has (`cpu`, `cuda`, `cuda:1`, `mps`...), checked when parsed,
+    so a typo or a missing GPU is a usage error, not a failure deep inside training."""
+    import torch
+
+    try:
+        parsed = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise argparse.ArgumentTypeError(f"unknown torch device {text!r}; e.g. cpu, cuda, cuda:0, mps") from None
+    if parsed.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise argparse.ArgumentTypeError(f"{text!r}: no CUDA device on this machine")
+        if parsed.index is not None and parsed.index >= count:
+            raise argparse.ArgumentTypeError(f"{text!r}: this machine has {count} CUDA device(s)")
+    if parsed.type == "mps" and not torch.backends.mps.is_available():
+        raise argparse.ArgumentTypeError(f"{text!r}: MPS is not available on this machine")
+    return text

@@ -11,6 +11,8 @@ import json
 import sys
 from typing import Any
 
+from agile_core.cli_types import device
+
 
 def register(sub: Any) -> None:
     """Add the `evaluate` subcommand."""
@@ -32,7 +34,7 @@ def register(sub: Any) -> None:
                              "(default: RUN_DIR/manifest.resolved.json of the run the checkpoint is in)")
     parser.add_argument("--member", type=int, default=None, metavar="SLOT",
                         help="LLM run checkpoints: evaluate only the member in this population slot")
-    parser.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    parser.add_argument("--device", type=device, default="cpu", help="torch device (default: cpu)")
     parser.add_argument("--env-config", default=None, metavar="JSON",
                         help="keyword arguments of the environment's constructor as a JSON object, "
                              "e.g. '{\"continuous_actions\": true}'")

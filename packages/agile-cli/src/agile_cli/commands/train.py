@@ -11,7 +11,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from agile_core.cli_types import non_negative_float, positive_float, positive_int
+from agile_core.cli_types import device, non_negative_float, positive_float, positive_int
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -28,7 +28,7 @@ def register(sub: Any) -> None:
     parser.add_argument("manifest", metavar="MANIFEST", help="training manifest (YAML or JSON)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a manifest field, e.g. --set training.pop_size=2 (repeatable)")
-    parser.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    parser.add_argument("--device", type=device, default="cpu", help="torch device (default: cpu)")
     parser.add_argument("--threads", type=positive_int, metavar="N",
                         help="torch threads per process (default: $AGILE_NUM_THREADS, else what OMP_NUM_THREADS "
                              "set, else 1 for RL-sized networks and the free cores for large ones)")
