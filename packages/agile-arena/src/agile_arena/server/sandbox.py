@@ -13,9 +13,10 @@ command line so that it
 - runs under `JobLimits` (address space, CPU seconds, processes and threads, file size), with the
   job folder's total size watched by the runner (`folder_over_quota`).
 
-On a root server the worker also runs as an unprivileged uid of its own (`uid_base` plus its slot),
-so the process limit counts only that job's processes and file permissions separate jobs a second
-time. A server run by an ordinary user keeps its uid inside an unprivileged user namespace: the
+On a root server the worker also runs as an unprivileged uid of its own (`uid_base` plus its slot;
+each data folder gets its own range of :data:`UIDS_PER_SERVER`, so two servers on one host do not
+share uids), so the process limit counts only that job's processes and file permissions separate
+jobs a second time. A server run by an ordinary user keeps its uid inside an unprivileged user namespace: the
 process limit then counts every process of that user (the job's limit is added to what the user
 already runs), which bounds a fork bomb but is not a per-job count.
 
@@ -31,6 +32,7 @@ import resource
 import shutil
 import subprocess
 import sys
+import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +40,8 @@ from pathlib import Path
 BWRAP = "bwrap"
 SETPRIV = "setpriv"
 DEFAULT_UID_BASE = 3_500_000
+UIDS_PER_SERVER = 256
+SERVER_RANGES = 4096
 TMP_FOLDER = ".tmp"
 HOME_FOLDER = ".home"
 GIB = 1024**3
@@ -93,9 +97,11 @@ class Sandbox:
 
     @classmethod
     def for_server(cls, data_dir: Path, limits: JobLimits | None = None, device: str = "cpu",
-                   uid_base: int = DEFAULT_UID_BASE, extra_read_only: Iterable[str] = ()) -> Sandbox:
+                   uid_base: int | None = None, extra_read_only: Iterable[str] = ()) -> Sandbox:
         """The sandbox of a server over `data_dir`; raises SandboxUnavailable when this host cannot
-        run it (no bubblewrap, no namespaces)."""
+        run it (no bubblewrap, no namespaces). `uid_base` defaults to this data folder's range."""
+        if uid_base is None:
+            uid_base = DEFAULT_UID_BASE + UIDS_PER_SERVER * (zlib.crc32(str(data_dir.resolve()).encode()) % SERVER_RANGES)
         as_root = os.geteuid() == 0
         if shutil.which(BWRAP) is None:
             raise SandboxUnavailable("bubblewrap (bwrap) is not installed; install it (Debian/Ubuntu: "
