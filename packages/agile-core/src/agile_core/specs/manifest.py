@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import types
 import typing
 import warnings
 from pathlib import Path as FsPath
-from typing import Any, get_args, get_origin
+from typing import Annotated, Any, get_args, get_origin
 
 from pydantic import (
     AliasChoices,
@@ -16,6 +17,7 @@ from pydantic import (
     Field,
     PrivateAttr,
     SerializeAsAny,
+    TypeAdapter,
     ValidationError,
     model_validator,
 )
@@ -387,13 +389,38 @@ def _rl_hp_issues(data: dict[str, Any], out: dict[str, Any], spec_class: type[Al
     numeric = spec_class.numeric_hyperparameters()
     name = spec_class.registered_name()
     issues = []
-    for hp in selection:
+    for hp, bounds in selection.items():
         if hp not in numeric:
             close = difflib.get_close_matches(str(hp), list(numeric), n=1, cutoff=0.6)
             hint = f"did you mean '{close[0]}'? " if close else ""
             issues.append(ManifestIssue(("mutation", "rl_hp_selection", hp),
                                         f"{name} has no numeric hyperparameter '{hp}'; {hint}"
                                         f"choose from: {', '.join(sorted(numeric))}"))
+        elif isinstance(bounds, dict):
+            issues += _range_bound_issues(spec_class, hp, numeric[hp], bounds)
+    return issues
+
+
+def _range_bound_issues(spec_class: type[AlgorithmSpec], hp: str, kind: type,
+                        bounds: dict[str, Any]) -> list[ManifestIssue]:
+    """A mutation range must hold only values the hyperparameter itself accepts (no `gamma` of 2,
+    no negative `lr`, no `batch_size` of 0): each bound is checked against the field's own rules."""
+    field = spec_class.model_fields[hp]
+    adapter = TypeAdapter(Annotated[field.annotation, *field.metadata])
+    issues = []
+    for end in ("min", "max"):
+        value = bounds.get(end)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue  # the range spec reports a missing or non-numeric bound itself
+        candidate = round(value) if kind is int and math.isfinite(value) else value
+        try:
+            adapter.validate_python(candidate)
+        except ValidationError as exc:
+            reason = exc.errors()[0]["msg"]
+            reason = reason[0].lower() + reason[1:] if reason else reason
+            issues.append(ManifestIssue(("mutation", "rl_hp_selection", hp, end),
+                                        f"mutation could set {hp} to {candidate:g}, which {hp} itself refuses: "
+                                        f"{reason}", value))
     return issues
 
 

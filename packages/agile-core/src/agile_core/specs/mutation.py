@@ -8,7 +8,10 @@ from pydantic import AliasChoices, Field, model_validator
 
 from agile_core.specs._base import Spec, field_error
 
-Weight = Annotated[float, Field(ge=0.0)]
+MAX_WEIGHT = 1e6
+Weight = Annotated[float, Field(ge=0.0, le=MAX_WEIGHT)]
+"""A relative weight: weights are normalised by their sum, so their scale carries no meaning; a
+bound keeps that sum finite (weights of 1e308 overflowed it and made every probability NaN)."""
 
 
 class MutationProbabilities(Spec):
