@@ -29,3 +29,26 @@ def test_a_fifo_without_a_writer_is_refused_and_one_with_a_writer_is_read(tmp_pa
                               text=True, timeout=60)
         writer.wait(timeout=30)
         assert read.returncode == 0 and "valid (PPO" in read.stdout, read.stderr
+
+
+def test_a_second_run_in_a_busy_run_directory_is_refused_and_the_first_finishes(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    manifest = ROOT / "configs/training/dqn_cartpole.yaml"
+    common = ["--set", "training.evo_steps=256", "--set", "training.learning_delay=64", "--quiet", "--run-dir",
+              str(run_dir)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    first = subprocess.Popen([sys.executable, "-m", "agile_cli.main", "train", str(manifest), *common,
+                              "--set", "training.max_steps=4096"], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    lock = run_dir / ".lock"
+    deadline = time.monotonic() + 60
+    while not (lock.exists() and lock.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    second = subprocess.run([sys.executable, "-m", "agile_cli.main", "train", str(manifest), *common,
+                             "--set", "training.max_steps=256"], env=env, capture_output=True, text=True, timeout=120)
+    out, err = first.communicate(timeout=300)
+    assert second.returncode == 2, second.stderr
+    assert f"in use by another run (pid {first.pid})" in second.stderr and "Traceback" not in second.stderr
+    assert first.returncode == 0, err
+    history = (run_dir / "metrics.history.jsonl").read_text().splitlines()
+    assert history and all(line.startswith("{") for line in history)

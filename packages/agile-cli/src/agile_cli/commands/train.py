@@ -8,6 +8,7 @@ import os
 import sys
 import time
 import traceback
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -184,13 +185,27 @@ def run(args: argparse.Namespace) -> int:
     run_dir = _run_dir(args)
     accelerator = backend.get("accelerator")
     main = accelerator is None or accelerator.is_main_process  # data-parallel: one process writes
+    from agile_core.training.run_lock import RunDirectoryBusy, run_directory_lock
+
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        if main:
-            (run_dir / "manifest.resolved.json").write_text(manifest.to_json() + "\n", encoding="utf-8")
+        with run_directory_lock(run_dir) if main else nullcontext():
+            if main:
+                (run_dir / "manifest.resolved.json").write_text(manifest.to_json() + "\n", encoding="utf-8")
+            return _train(args, manifest, backend, run_dir, main)
+    except RunDirectoryBusy as exc:
+        print(f"agile train: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except OSError as exc:
         print(f"agile train: cannot use run directory {run_dir}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_USAGE
+
+
+def _train(args: argparse.Namespace, manifest: Any, backend: dict[str, Any], run_dir: Path, main: bool) -> int:
+    """Train into `run_dir` (locked by the caller) and write its summary; the exit code."""
+    from agile_core.distributed import BackendError
+    from agile_core.errors import ManifestError
+
     checkpoint_path = args.checkpoint_path or manifest.training.checkpoint_path or str(run_dir / "checkpoints")
     elite_path = args.elite_path or str(run_dir / "elite")
     from agile_core.training.checkpointing import ResumeMismatchError
@@ -198,8 +213,6 @@ def run(args: argparse.Namespace) -> int:
     from agile_core.training.summary import build_summary
 
     started = time.monotonic()
-    from contextlib import nullcontext
-
     from agile_core.training.profiling import PROFILER
 
     try:
