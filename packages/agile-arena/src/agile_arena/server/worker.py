@@ -133,7 +133,7 @@ def run(job_dir: Path, resume: bool, device: str) -> int:
             traceback.print_exc()
         return EXIT_FAILED
     summary = build_summary(population, fitnesses, training.target_score, time.monotonic() - started)
-    _write_atomically(run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+    _write_atomically(run_dir / "summary.json", json.dumps(summary, indent=2, allow_nan=False) + "\n")
     print(f"agile arena worker: done, {summary['total_steps']} steps, best fitness {max(fitnesses):.2f} "
           f"(agent {summary['elite_id']})", flush=True)
     return EXIT_OK

@@ -257,7 +257,7 @@ def _train(args: argparse.Namespace, manifest: Any, backend: dict[str, Any], run
     if not main:
         return EXIT_OK
     summary = build_summary(population, fitnesses, manifest.training.target_score, time.monotonic() - started)
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n", encoding="utf-8")
     if args.profile:
         (run_dir / "profile.json").write_text(json.dumps(PROFILER.summary(), indent=2) + "\n", encoding="utf-8")
         print(f"where the time went (profile.json):\n{PROFILER.table()}")

@@ -9,18 +9,27 @@ from typing import Any
 __all__ = ["build_summary"]
 
 
+def _finite(value: Any) -> Any:
+    """`value`, or None where it is a NaN or an infinity (summary.json is strict JSON)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
 def build_summary(population: list[Any], fitnesses: list[float], target: float | None,
                   wall_time: float) -> dict[str, Any]:
     """The run's summary: each agent (fitness, history, hyperparameters, steps), the totals, the
-    elite and whether every agent reached `target`."""
+    elite and whether every agent reached `target`. A fitness that is not a finite number (an
+    environment that returned NaN rewards) is written as null, and never makes the elite."""
     total_steps = int(sum(agent.steps for agent in population))
-    best = max(range(len(population)), key=lambda i: fitnesses[i])
-    reached = target is not None and all(not math.isnan(f) and f >= target for f in fitnesses)
+    ranked = [f if math.isfinite(f) else -math.inf for f in map(float, fitnesses)]
+    best = max(range(len(population)), key=lambda i: ranked[i])
+    reached = target is not None and all(math.isfinite(f) and f >= target for f in fitnesses)
     return {
         "agents": [
-            {"id": agent.index, "parent_id": agent.lineage.parent_id, "fitness": float(fitness),
-             "fitness_history": [float(v) for v in agent.fitness],
-             "hyperparameters": {k: v for k, v in agent.hyperparameters().items()
+            {"id": agent.index, "parent_id": agent.lineage.parent_id, "fitness": _finite(float(fitness)),
+             "fitness_history": [_finite(float(v)) for v in agent.fitness],
+             "hyperparameters": {k: _finite(v) for k, v in agent.hyperparameters().items()
                                  if isinstance(v, int | float | str | bool) or v is None},
              "steps": int(agent.steps), "learn_steps": int(getattr(agent, "learn_counter", 0))}
             for agent, fitness in zip(population, fitnesses, strict=True)
