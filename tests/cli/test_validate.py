@@ -57,6 +57,8 @@ BAD = [
     ("mutation-range-lr-negative", GOOD + "mutation:\n  rl_hp_selection:\n    lr: {min: -0.1, max: 0.1}\n", "13: mutation.rl_hp_selection.lr.min: mutation could set lr to -0.1"),
     ("mutation-range-batch-size-0", GOOD + "mutation:\n  rl_hp_selection:\n    batch_size: {min: 0, max: 64}\n", "13: mutation.rl_hp_selection.batch_size.min: mutation could set batch_size to 0"),
     ("mutation-probability-huge", GOOD + "mutation:\n  probabilities:\n    arch_mut: 1.0e+308\n", "13: mutation.probabilities.arch_mut: input should be less than or equal to 1000000"),
+    ("batch-above-replay-size", GOOD + "replay_buffer:\n  max_size: 32\n", "algorithm.batch_size: is larger than the replay buffer (max_size 32)"),
+    ("env-name-escape", GOOD.replace("name: CartPole-v1", 'name: "Cart\\e[2JPole"'), "5: environment.name: must not contain control or format characters (found '\\x1b')"),
     ("mutation-min-above-max", GOOD + "mutation:\n  rl_hp_selection:\n    lr:\n      min: 0.1\n      max: 0.01\n", "15: mutation.rl_hp_selection.lr.max: must not be below min"),
     ("mutation-probability-negative", GOOD + "mutation:\n  probabilities:\n    no_mut: -0.5\n", "13: mutation.probabilities.no_mut: input should be greater than or equal to 0"),
     ("mutation-unknown-probability", GOOD + "mutation:\n  probabilities:\n    layer_mut: 0.1\n", "13: mutation.probabilities.layer_mut: unknown field"),
@@ -248,3 +250,20 @@ def test_initial_value_outside_its_mutation_range_is_accepted_with_a_warning(tmp
     captured = capsys.readouterr()
     assert f"{file}:13: warning: mutation.rl_hp_selection.lr: the initial value algorithm.lr=0.001 lies outside" in captured.err
     assert "valid (DQN, off_policy), 1 warning" in captured.out
+
+
+def test_a_warm_up_or_learn_step_past_the_budget_draws_a_warning() -> None:
+    """Valid, but no agent would ever learn: said at validation, not discovered after the run."""
+    from agile_core.errors import ManifestWarning
+    from agile_core.specs.manifest import TrainingManifest
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ManifestWarning)
+        manifest = TrainingManifest.from_text(textwrap.dedent("""
+            algorithm: {name: DQN, learn_step: 5000}
+            environment: {name: CartPole-v1}
+            training: {max_steps: 1000, evo_steps: 500, learning_delay: 1000}
+            """))
+    notes = {issue.path: issue.message for issue in manifest.warnings}
+    assert "no agent would ever learn" in notes[("training", "learning_delay")]
+    assert "no agent would ever learn" in notes[("algorithm", "learn_step")]

@@ -249,8 +249,8 @@ def test_scientific_notation_without_a_dot_is_a_float():
 
 
 def test_training_replay_buffer_is_used_when_no_top_level_section():
-    manifest = TrainingManifest.get_validated({**MINIMAL, "training": {"replay_buffer": {"max_size": 10}}})
-    assert manifest.resolved_replay_buffer().max_size == 10
+    manifest = TrainingManifest.get_validated({**MINIMAL, "training": {"replay_buffer": {"max_size": 100}}})
+    assert manifest.resolved_replay_buffer().max_size == 100
 
 
 def test_manifest_from_model_instances():

@@ -9,6 +9,7 @@ from pydantic import Field, model_validator
 
 from agile_core.specs._base import field_error
 from agile_core.specs.algorithm import AlgorithmSpec
+from agile_core.specs.training import ReplayBufferSpec
 
 PositiveInt = Annotated[int, Field(ge=1)]
 PositiveFloat = Annotated[float, Field(gt=0.0)]
@@ -45,7 +46,33 @@ class _OffPolicySpec(AlgorithmSpec):
                     issues.append((("replay_buffer", name), f"{self.registered_name()} learns from a standard "
                                    "replay buffer only; prioritized and n-step replay need RainbowDQN",
                                    getattr(buffer, name)))
+        capacity = _replay_capacity(sections)
+        if self.batch_size > capacity:
+            issues.append((("algorithm", "batch_size"), f"is larger than the replay buffer (max_size {capacity}): "
+                           "no batch could ever be drawn", self.batch_size))
         return issues
+
+    def section_warnings(self, sections: Mapping[str, Any]) -> list[tuple[tuple[str, ...], str, Any]]:
+        """A warm-up or learning interval that the step budget never reaches: no learning at all."""
+        warnings = super().section_warnings(sections)
+        training = sections.get("training")
+        budget = getattr(training, "max_steps", None)
+        if budget is None:
+            return warnings
+        delay = getattr(training, "learning_delay", 0)
+        if delay >= budget:
+            warnings.append((("training", "learning_delay"), f"is not below max_steps ({budget}): "
+                             "no agent would ever learn", delay))
+        if self.learn_step > budget:
+            warnings.append((("algorithm", "learn_step"), f"is above max_steps ({budget}): "
+                             "no agent would ever learn", self.learn_step))
+        return warnings
+
+
+def _replay_capacity(sections: Mapping[str, Any]) -> int:
+    """Transitions the run's replay buffer holds (the top-level section, else the training one)."""
+    buffer = sections.get("replay_buffer") or getattr(sections.get("training"), "replay_buffer", None)
+    return int((buffer or ReplayBufferSpec()).max_size)
 
 
 class DQNSpec(_OffPolicySpec):

@@ -73,6 +73,11 @@ class AlgorithmSpec(Spec):
             issues.append((("network", "encoder_config", "arch"), message, "lstm"))
         return issues
 
+    def section_warnings(self, sections: Mapping[str, Any]) -> list[tuple[tuple[str, ...], str, Any]]:
+        """Like :meth:`section_issues`, for settings that are valid but cannot do what they say
+        (e.g. a warm-up longer than the budget): reported as warnings. None by default."""
+        return []
+
     @classmethod
     def check_values(cls, values: Mapping[str, Any]) -> None:
         """Check an algorithm constructor's arguments by this spec's rules (the ones manifests

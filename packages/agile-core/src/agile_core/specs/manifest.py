@@ -223,6 +223,7 @@ def _validated_sections(data: dict[str, Any], notes: list[ManifestIssue]) -> dic
         issues.extend(_cross_field_issues(data, out, spec_class))
         notes.extend(_rl_hp_notes(out))
         notes.extend(_paradigm_field_notes(out, paradigm, spec_class))
+        notes.extend(_algorithm_notes(out))
     if issues:
         raise _as_validation_error(issues)
     notes.extend(_section_notes(data, out))
@@ -364,6 +365,15 @@ def _cross_field_issues(
         sections = {**out, "training": training}
         issues.extend(ManifestIssue(path, message, value) for path, message, value in algorithm.section_issues(sections))
     return issues
+
+
+def _algorithm_notes(out: dict[str, Any]) -> list[ManifestIssue]:
+    """The algorithm's own cross-section warnings (:meth:`AlgorithmSpec.section_warnings`)."""
+    algorithm = out.get("algorithm")
+    if not isinstance(algorithm, AlgorithmSpec):
+        return []
+    sections = {**out, "training": out.get("training", TrainingSpec())}
+    return [ManifestIssue(path, message, value) for path, message, value in algorithm.section_warnings(sections)]
 
 
 def _paradigm_field_notes(out: dict[str, Any], paradigm: Any, spec_class: type[AlgorithmSpec]) -> list[ManifestIssue]:
