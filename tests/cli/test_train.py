@@ -149,11 +149,37 @@ def test_conflicting_resume_options_exit_2(tmp_path):
     assert result.returncode == 2 and "mutually exclusive" in result.stderr
 
 
-def test_training_failure_exits_1(tmp_path):
+def test_a_missing_resume_checkpoint_exits_2(tmp_path):
     result = agile("train", str(PPO), *TINY, "--resume-from-checkpoint", str(tmp_path / "missing"),
                    "--run-dir", str(tmp_path / "r"))
+    assert result.returncode == 2
+    assert "cannot resume from checkpoint" in result.stderr and "no complete checkpoint found" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+FAILING_ENV = """
+import gymnasium
+
+
+class FailingCartPole(gymnasium.Wrapper):
+    def __init__(self, **kwargs):
+        super().__init__(gymnasium.make("CartPole-v1"))
+
+    def step(self, action):
+        raise RuntimeError("the simulator crashed")
+"""
+
+
+def test_training_failure_exits_1(tmp_path):
+    (tmp_path / "failing_env.py").write_text(FAILING_ENV)
+    manifest = tmp_path / "failing.yaml"
+    manifest.write_text("algorithm: {name: PPO}\n"
+                        "environment: {name: Failing, path: failing_env.py, entrypoint: FailingCartPole, num_envs: 1}\n"
+                        "training: {max_steps: 256, evo_steps: 128, pop_size: 1}\n")
+    result = agile("train", str(manifest), "--run-dir", str(tmp_path / "r"))
     assert result.returncode == 1
-    assert "training failed" in result.stderr and "Traceback" not in result.stderr
+    assert "training failed" in result.stderr and "RuntimeError: the simulator crashed" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_python_dash_m_agile_train(tmp_path):

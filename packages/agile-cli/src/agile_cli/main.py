@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from collections.abc import Sequence
+from typing import Any
 
 from agile_cli.commands import arena, dataset, evaluate, plot, schema, train, validate
 
@@ -37,8 +39,23 @@ def _version_text() -> str:
     return "\n".join(lines)
 
 
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: Any = None, line: str | None = None) -> None:
+    """agile's own warnings as one `agile: warning: ...` line; others as Python prints them."""
+    from agile_core.errors import RunWarning
+
+    if issubclass(category, RunWarning):
+        print(f"agile: warning: {message}", file=file or sys.stderr)
+    else:
+        _python_show_warning(message, category, filename, lineno, file, line)
+
+
+_python_show_warning = warnings.showwarning
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run `agile` with `argv`; return the exit code (0 ok, 1 failure, 2 bad input or usage)."""
+    warnings.showwarning = _show_warning
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
 
-__all__ = ["device", "finite_float", "non_negative_float", "port", "positive_float", "positive_int"]
+__all__ = ["device", "finite_float", "int_in", "non_negative_float", "port", "positive_float", "positive_int"]
 
 
 def positive_int(text: str) -> int:
@@ -18,6 +19,21 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
     return value
+
+
+def int_in(low: int, high: int) -> Callable[[str], int]:
+    """The type of an integer in ``[low, high]`` (e.g. a count whose huge values would run for days)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer in {low}..{high:,}, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"expected an integer in {low}..{high:,}, got {value:,}")
+        return value
+
+    return parse
 
 
 def finite_float(text: str) -> float:

@@ -125,6 +125,11 @@ class ManifestWarning(UserWarning):
     per field, formatted like an error line; `TrainingManifest.warnings` lists them too."""
 
 
+class RunWarning(UserWarning):
+    """Something a run does that its user may not expect (a warm start that takes another
+    architecture, a member whose weights stopped being finite); `agile` prints its message alone."""
+
+
 class ManifestError(ValueError):
     """A manifest that cannot be used; carries every problem found, not just the first."""
 

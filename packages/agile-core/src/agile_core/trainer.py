@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 from agile_core.distributed.data_parallel import check_accelerator
 from agile_core.distributed.options import BACKENDS, RayOptions
+from agile_core.errors import RunWarning
 from agile_core.registry import algorithm_spec, paradigm_of
 from agile_core.specs.algorithm import AlgorithmSpec
 from agile_core.specs.env import EnvSpec, GymEnvSpec
@@ -276,15 +277,34 @@ class LocalTrainer(Trainer):
 
 
 def _warm_start(population: list[Any], path: str, device: str) -> None:
-    """Give each agent the weights of a saved agent or of the matching member of a saved run."""
-    from agile_core.checkpoint import inspect_checkpoint
-    from agile_core.training.checkpointing import resolve_run_checkpoint, resume_run
+    """Give each agent the weights of a saved agent or of the matching member of a saved run.
+
+    The checkpoint must hold the same algorithm for the same spaces (CheckpointError otherwise);
+    a saved architecture other than the manifest's is taken, with a warning."""
+    from agile_core.algorithms.base import EvolvableAlgorithm
+    from agile_core.checkpoint import CheckpointError, inspect_checkpoint
+    from agile_core.training.checkpointing import (
+        resolve_run_checkpoint,
+        resume_mismatches,
+        resume_run,
+    )
 
     target = resolve_run_checkpoint(path)
     if inspect_checkpoint(target).metadata.get("kind") == "agent":
-        for agent in population:
-            agent.load_weights(target)
-        return
-    saved = resume_run(target, device=device, weights_only=True).agents
+        saved = [EvolvableAlgorithm.load(target, device=device)]
+    else:
+        saved = resume_run(target, device=device, weights_only=True).agents
+    problems = resume_mismatches(saved, population, same_size=False)
+    if problems:
+        raise CheckpointError(target, "its agents do not fit this manifest: " + "; ".join(problems))
+    changed = sorted({name for position, agent in enumerate(population) for name in agent.network_names
+                      if _architecture_of(agent, name) != _architecture_of(saved[position % len(saved)], name)})
+    if changed:
+        warnings.warn(f"load_weights_from: the checkpoint's architecture of {', '.join(changed)} differs from the "
+                      "manifest's network section; training starts from the checkpoint's", RunWarning, stacklevel=2)
     for position, agent in enumerate(population):
         agent.copy_weights_from(saved[position % len(saved)])
+
+
+def _architecture_of(agent: Any, name: str) -> Any:
+    return getattr(getattr(agent, name), "config", None)

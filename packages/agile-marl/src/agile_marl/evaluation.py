@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from agile_core.training.evaluation import check_episode_length
 from agile_core.training.profiling import PROFILER
 from agile_marl.population import Groups, act_groups, current_groups
 
@@ -44,6 +45,8 @@ def episode_returns(env: Any, act: ActFn, *, loop: int = 1, max_steps: int | Non
             finished |= np.asarray(info["episode_over"], dtype=bool)
             if max_steps is not None and steps >= max_steps:
                 finished[:] = True
+            elif not finished.all():
+                check_episode_length(steps, max_steps)
     return returns
 
 

@@ -11,7 +11,10 @@ import json
 import sys
 from typing import Any
 
-from agile_core.cli_types import device
+from agile_core.cli_types import device, int_in
+
+MAX_EPISODES = 100_000
+"""Most evaluation episodes one command runs (a typo such as 1e9 would otherwise run for days)."""
 
 
 def register(sub: Any) -> None:
@@ -38,9 +41,9 @@ def register(sub: Any) -> None:
     parser.add_argument("--env-config", default=None, metavar="JSON",
                         help="keyword arguments of the environment's constructor as a JSON object, "
                              "e.g. '{\"continuous_actions\": true}'")
-    parser.add_argument("--episodes", type=int, default=None, metavar="N",
-                        help="episodes (RL default 10; LLM rollout algorithms default: every held-out prompt; "
-                             "not for SFT/DPO, which use the whole test split)")
+    parser.add_argument("--episodes", type=int_in(1, MAX_EPISODES), default=None, metavar="N",
+                        help=f"episodes, 1 to {MAX_EPISODES:,} (RL default 10; LLM rollout algorithms default: "
+                             "every held-out prompt; not for SFT/DPO, which use the whole test split)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the evaluation episodes (RL agents)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.set_defaults(handler=run)

@@ -158,7 +158,13 @@ def _data_parallel_options(args: argparse.Namespace, backend: dict[str, Any]) ->
     except ImportError as exc:
         raise BackendError(f"started as {world_size} processes (WORLD_SIZE), which trains data-parallel with "
                            "Hugging Face Accelerate, but it is not installed: pip install accelerate") from exc
-    return {"accelerator": Accelerator(cpu=args.device == "cpu")}
+    try:
+        return {"accelerator": Accelerator(cpu=args.device == "cpu")}
+    except (ValueError, RuntimeError) as exc:  # e.g. no MASTER_ADDR: not started by a launcher
+        raise BackendError(f"started as {world_size} processes (WORLD_SIZE={world_size}), but the data-parallel "
+                           f"group cannot start: {str(exc).strip().splitlines()[0]}. Start the processes with "
+                           "`accelerate launch` or `torchrun`, which set MASTER_ADDR, MASTER_PORT and RANK; "
+                           "or unset WORLD_SIZE to train in one process") from exc
 
 
 def run(args: argparse.Namespace) -> int:
@@ -208,6 +214,7 @@ def _train(args: argparse.Namespace, manifest: Any, backend: dict[str, Any], run
 
     checkpoint_path = args.checkpoint_path or manifest.training.checkpoint_path or str(run_dir / "checkpoints")
     elite_path = args.elite_path or str(run_dir / "elite")
+    from agile_core.checkpoint import CheckpointError
     from agile_core.training.checkpointing import ResumeMismatchError
     from agile_core.training.interrupt import TrainingInterrupted
     from agile_core.training.summary import build_summary
@@ -240,6 +247,11 @@ def _train(args: argparse.Namespace, manifest: Any, backend: dict[str, Any], run
         return EXIT_USAGE
     except ResumeMismatchError as exc:  # resuming with another run's checkpoint: the user's input (exit 2)
         print(f"agile train: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except CheckpointError as exc:  # a damaged or foreign checkpoint given to resume or warm-start from
+        verb = "resume from" if args.resume_from_checkpoint else "load weights from" if args.load_weights_from \
+            else "use"
+        print(f"agile train: cannot {verb} checkpoint {exc}", file=sys.stderr)
         return EXIT_USAGE
     except TrainingInterrupted as exc:
         print(f"\nInterrupted: {exc}\nResume with: {_resume_hint(exc, args, run_dir)}", file=sys.stderr)

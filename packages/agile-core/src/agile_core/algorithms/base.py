@@ -354,30 +354,36 @@ class EvolvableAlgorithm(ABC):
             read_agent,
             restore_agent,
         )
+        from agile_core.algorithms.saved_state import rebuilding
 
         meta, tensors = read_agent(path, device)
-        klass = algorithm_class(str(meta["algorithm"]), cls)
-        args = decode_argument(meta["init_args"], device)
-        parameters = inspect.signature(klass).parameters
-        if "device" in parameters or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-            args["device"] = device
-        agent = klass(**args)
-        restore_agent(agent, meta, tensors)
+        with rebuilding(path, "agent"):
+            klass = algorithm_class(str(meta.get("algorithm")), cls)
+            args = decode_argument(meta["init_args"], device)
+            parameters = inspect.signature(klass).parameters
+            if "device" in parameters or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+                args["device"] = device
+            agent = klass(**args)
+            restore_agent(agent, meta, tensors)
         return agent
 
     def load_checkpoint(self, path: str | Path) -> None:
         """Resume: replace this agent's networks, optimizers, hyperparameters and state with the saved ones."""
         from agile_core.algorithms.persistence import read_agent, restore_agent
+        from agile_core.algorithms.saved_state import rebuilding
 
         meta, tensors = read_agent(path, self.device)
-        restore_agent(self, meta, tensors)
+        with rebuilding(path, "agent"):
+            restore_agent(self, meta, tensors)
 
     def load_weights(self, path: str | Path) -> None:
         """Warm start: take the saved architecture and weights only (fresh optimizers, own hyperparameters)."""
         from agile_core.algorithms.persistence import read_agent, restore_agent
+        from agile_core.algorithms.saved_state import rebuilding
 
         meta, tensors = read_agent(path, self.device)
-        restore_agent(self, meta, tensors, weights_only=True)
+        with rebuilding(path, "agent"):
+            restore_agent(self, meta, tensors, weights_only=True)
 
 
 class SingleAgentAlgorithm(EvolvableAlgorithm):

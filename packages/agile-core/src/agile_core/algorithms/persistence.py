@@ -17,6 +17,13 @@ import torch
 from gymnasium import spaces
 from pydantic import BaseModel
 
+from agile_core.algorithms.saved_state import (
+    check_agent_fields,
+    check_weights_fit,
+    decode_scores,
+    encode_scores,
+    rebuilding,
+)
 from agile_core.algorithms.spaces import space_from_dict, space_to_dict
 from agile_core.checkpoint import (
     CheckpointError,
@@ -89,8 +96,8 @@ def agent_state(agent: EvolvableAlgorithm) -> tuple[dict[str, Any], dict[str, An
         "hyperparameters": encode_argument(agent.hyperparameters()),
         "hp_config": agent.hp_config.to_dict(),
         "index": agent.index,
-        "fitness": list(map(float, agent.fitness)),
-        "scores": list(map(float, agent.scores)),
+        "fitness": encode_scores(agent.fitness),
+        "scores": encode_scores(agent.scores),
         "steps": int(agent.steps),
         "learn_counter": int(agent.learn_counter),
         "lineage": agent.lineage.to_dict(),
@@ -115,27 +122,29 @@ def restore_agent(agent: EvolvableAlgorithm, meta: Mapping[str, Any], tensors: M
                   weights_only: bool = False) -> None:
     """Load architecture and weights (and, unless `weights_only`, everything else) into `agent`."""
     _check_agent_meta(meta, agent)
+    check_agent_fields(meta)
     for name, config in meta["network_configs"].items():
         if name not in agent.network_names:
-            raise CheckpointError(str(name), f"the checkpoint has a network {name!r} that {type(agent).__name__} lacks")
+            raise CheckpointError(None, f"the checkpoint has a network {name!r} that {type(agent).__name__} lacks")
         network = getattr(agent, name)
         if config is not None and network.config != config:
             network = from_config(config, device=agent.device)
             setattr(agent, name, network)
+        check_weights_fit(network, tensors["networks"][name], name)
         network.load_state_dict(tensors["networks"][name])
         network.to(agent.device)
     agent.rebuild_optimizers(keep_state=False)
     agent.after_architecture_change()
     if weights_only:
         return
-    for name, value in decode_argument(meta["hyperparameters"]).items():
+    for name, value in checked_hyperparameters(agent, decode_argument(meta["hyperparameters"])).items():
         agent.set_hyperparameter(name, value)
     for slot in agent._optimizers:
         getattr(agent, slot.attr).load_state_dict(tensors["optimizers"][slot.attr])
     agent.hp_config = HyperparameterConfig.from_dict(meta["hp_config"])
     agent.index = int(meta["index"])
-    agent.fitness = list(meta["fitness"])
-    agent.scores = list(meta["scores"])
+    agent.fitness = decode_scores(meta["fitness"])
+    agent.scores = decode_scores(meta["scores"])
     agent.steps = int(meta["steps"])
     agent.learn_counter = int(meta["learn_counter"])
     agent.lineage = Lineage.from_dict(meta["lineage"])
@@ -145,12 +154,29 @@ def restore_agent(agent: EvolvableAlgorithm, meta: Mapping[str, Any], tensors: M
     agent.load_extra_state(meta["extra"], tensors.get("extra") or {})
 
 
+def checked_hyperparameters(agent: EvolvableAlgorithm, values: Mapping[str, Any]) -> Mapping[str, Any]:
+    """`values` when each is one of the agent's hyperparameters and its registered spec's rules
+    accept it (ValueError naming the first that is not)."""
+    known = agent.hyperparameters()
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise ValueError(f"hyperparameters: {type(agent).__name__} has no hyperparameter {unknown[0]!r}")
+    path = f"{type(agent).__module__}:{type(agent).__qualname__}"
+    for spec in _registered_specs():
+        if spec.algorithm_class == path:
+            try:
+                spec.check_values(values)
+            except ValueError as exc:
+                raise ValueError(f"hyperparameters.{exc}") from None
+    return values
+
+
 def _check_agent_meta(meta: Mapping[str, Any], agent: EvolvableAlgorithm) -> None:
     if meta.get("kind") != AGENT_KIND:
-        raise CheckpointError("<checkpoint>", f"not an agent checkpoint (kind={meta.get('kind')!r})")
+        raise CheckpointError(None, f"not an agent checkpoint (kind={meta.get('kind')!r})")
     expected = f"{type(agent).__module__}:{type(agent).__qualname__}"
     if meta.get("algorithm") != expected:
-        raise CheckpointError("<checkpoint>", f"holds a {meta.get('algorithm')} agent, not {expected}")
+        raise CheckpointError(None, f"holds a {meta.get('algorithm')} agent, not {expected}")
 
 
 def algorithm_class(path: str, base: type) -> type:
@@ -159,13 +185,13 @@ def algorithm_class(path: str, base: type) -> type:
         return base
     allowed = {spec.algorithm_class for spec in _registered_specs()}
     if path not in allowed and not any(path == f"{c.__module__}:{c.__qualname__}" for c in _subclasses(base)):
-        raise CheckpointError("<checkpoint>", f"refusing to import {path!r}: not a registered agile algorithm")
+        raise CheckpointError(None, f"refusing to import {path!r}: not a registered agile algorithm")
     module_name, _, qualname = path.partition(":")
     target: Any = importlib.import_module(module_name)
     for part in qualname.split("."):
         target = getattr(target, part)
     if not (isinstance(target, type) and issubclass(target, base)):
-        raise CheckpointError("<checkpoint>", f"{path} is not a {base.__name__}")
+        raise CheckpointError(None, f"{path} is not a {base.__name__}")
     return target
 
 
@@ -245,11 +271,15 @@ def load_population(path: str | Path, device: torch.device | str = "cpu", restor
         agents = []
         from agile_core.algorithms.base import EvolvableAlgorithm
 
-        for position, agent_meta in enumerate(meta["agents"]):
-            klass = algorithm_class(str(agent_meta["algorithm"]), EvolvableAlgorithm)
-            args = decode_argument(agent_meta["init_args"], device)
-            agent = klass(**args)
-            restore_agent(agent, agent_meta, checkpoint.part(f"agent_{position}"), weights_only=weights_only)
+        saved_agents = meta.get("agents")
+        if not isinstance(saved_agents, list) or not saved_agents or not all(isinstance(a, dict) for a in saved_agents):
+            raise CheckpointError(str(path), "agents must be a non-empty list of agent objects")
+        for position, agent_meta in enumerate(saved_agents):
+            with rebuilding(checkpoint.path, f"agents[{position}]"):
+                klass = algorithm_class(str(agent_meta.get("algorithm")), EvolvableAlgorithm)
+                args = decode_argument(agent_meta["init_args"], device)
+                agent = klass(**args)
+                restore_agent(agent, agent_meta, checkpoint.part(f"agent_{position}"), weights_only=weights_only)
             agents.append(agent)
         buffers = {name: checkpoint.part(f"buffer_{name}") for name in meta.get("buffers", [])}
         if restore_rng and not weights_only:

@@ -54,25 +54,42 @@ class RunCheckpointer:
 
 
 class ResumeMismatchError(ValueError):
-    """A checkpoint that does not belong to the run being resumed (another algorithm, population
-    size or environment)."""
+    """A checkpoint the run cannot resume from: saved by another run (another algorithm, population
+    size or environment), or already at the end of the run's step budget."""
 
 
-def check_resume_matches(saved: list[Any], current: list[Any]) -> None:
-    """Refuse to resume `current` (the population the manifest builds) from `saved` (the
-    checkpoint's) when their algorithm, population size or spaces differ, naming both values."""
+def resume_mismatches(saved: list[Any], current: list[Any], same_size: bool = True) -> list[str]:
+    """How `saved` (a checkpoint's population) differs from `current` (the one the manifest
+    builds) in algorithm, population size (unless not `same_size`) or spaces, naming both values."""
     problems = []
     if type(saved[0]).__name__ != type(current[0]).__name__:
         problems.append(f"algorithm: the checkpoint has {type(saved[0]).__name__}, "
                         f"the manifest {type(current[0]).__name__}")
-    if len(saved) != len(current):
+    if same_size and len(saved) != len(current):
         problems.append(f"population size: the checkpoint has {len(saved)}, the manifest {len(current)}")
     for name in ("observation_space", "action_space", "observation_spaces", "action_spaces"):
         before, now = getattr(saved[0], name, None), getattr(current[0], name, None)
         if before is not None and now is not None and before != now:
-            problems.append(f"{name} (environment): the checkpoint has {before}, the manifest {now}")
+            problems.append(f"{name} (environment): the checkpoint has {_brief_space(before)}, "
+                            f"the manifest {_brief_space(now)}")
+    return problems
+
+
+def check_resume_matches(saved: list[Any], current: list[Any]) -> None:
+    """ResumeMismatchError when `current` cannot resume from `saved` (see `resume_mismatches`)."""
+    problems = resume_mismatches(saved, current)
     if problems:
         raise ResumeMismatchError("cannot resume: the checkpoint was saved by another run; " + "; ".join(problems))
+
+
+def _brief_space(space: Any) -> str:
+    """A space in one short line (a Box by shape and dtype, not its bounds)."""
+    if isinstance(space, dict):
+        return "{" + ", ".join(f"{k}: {_brief_space(v)}" for k, v in space.items()) + "}"
+    shape, dtype = getattr(space, "shape", None), getattr(space, "dtype", None)
+    if type(space).__name__ == "Box":
+        return f"Box(shape={tuple(shape or ())}, {dtype})"
+    return " ".join(repr(space).split())
 
 
 def resolve_run_checkpoint(path: str | Path) -> Path:

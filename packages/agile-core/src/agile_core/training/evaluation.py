@@ -9,8 +9,23 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import VectorEnv
 
+from agile_core.errors import ManifestError, ManifestIssue
 from agile_core.training.envs import as_vector_env, swap_image_channels
 from agile_core.training.profiling import PROFILER
+
+UNCAPPED_EPISODE_LIMIT = 100_000
+"""Vector steps an evaluation episode may take when nothing caps it (no ``training.eval_steps``):
+an environment whose episodes never end fails here instead of hanging the run."""
+
+
+def check_episode_length(steps: int, max_steps: int | None) -> None:
+    """ManifestError on ``training.eval_steps`` once an uncapped evaluation episode has run
+    `UNCAPPED_EPISODE_LIMIT` vector steps without ending."""
+    if max_steps is None and steps >= UNCAPPED_EPISODE_LIMIT:
+        raise ManifestError([ManifestIssue(
+            ("training", "eval_steps"),
+            f"an evaluation episode ran {steps:,} steps without terminating or truncating and nothing caps it: "
+            "set training.eval_steps, or give the environment a time limit (environment.max_episode_steps)")])
 
 ActFn = Callable[[Any, dict[str, Any]], Any]
 """``act(obs, info) -> actions``: batched actions for batched observations (and the step's info)."""
@@ -74,6 +89,8 @@ def episode_returns(
             finished |= np.asarray(terminated, dtype=bool) | np.asarray(truncated, dtype=bool)
             if max_steps is not None and steps >= max_steps:
                 finished[:] = True
+            elif not finished.all():
+                check_episode_length(steps, max_steps)
     return returns
 
 

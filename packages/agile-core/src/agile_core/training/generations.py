@@ -12,19 +12,24 @@ resuming from a checkpoint, so the paradigm loops only write their phase.
 from __future__ import annotations
 
 import contextlib
-import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from agile_core.algorithms.saved_state import decode_scores, encode_scores, rebuilding
 from agile_core.distributed.data_parallel import DataParallel
 from agile_core.hpo.mutation import Mutations
 from agile_core.hpo.protocols import SelectionStrategy
 from agile_core.training.budget import StepBudget
-from agile_core.training.checkpointing import RunCheckpointer, check_resume_matches, resume_run
+from agile_core.training.checkpointing import (
+    ResumeMismatchError,
+    RunCheckpointer,
+    check_resume_matches,
+    resume_run,
+)
 from agile_core.training.evolution import (
     EvolutionResult,
     evaluate_population,
@@ -88,32 +93,32 @@ class LoopState:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LoopState:
-        """Inverse of `to_dict` (a checkpoint without `total_steps` counts every slot at `agent_steps`)."""
-        progress = [int(v) for v in data["slot_progress"]]
-        agent_steps = int(data["agent_steps"])
+        """Inverse of `to_dict` (a checkpoint without `total_steps` counts every slot at `agent_steps`);
+        ValueError for a count that is not a non-negative integer."""
+        progress = [_count(v, "slot_progress") for v in data["slot_progress"]]
+        agent_steps = _count(data["agent_steps"], "agent_steps")
         total = data.get("total_steps")
-        return cls(agent_steps, int(data["generation"]), progress,
+        return cls(agent_steps, _count(data["generation"], "generation"), progress,
                    [_result_from_json(result) for result in data.get("phase_results", [])],
-                   int(total) if total is not None else agent_steps * len(progress))
+                   _count(total, "total_steps") if total is not None else agent_steps * len(progress))
 
 
-def _finite_or_none(values: Sequence[float]) -> list[float | None]:
-    return [float(v) if math.isfinite(v) else None for v in values]
+def _count(value: Any, name: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**62:
+        raise ValueError(f"{name} must be an integer in [0, 2**62), got {value!r}")
+    return value
 
 
 def _result_to_json(result: PhaseResult) -> dict[str, Any]:
-    return {"vector_steps": result.vector_steps, "episodic_returns": _finite_or_none(result.episodic_returns),
+    return {"vector_steps": result.vector_steps, "episodic_returns": encode_scores(result.episodic_returns),
             "episode_lengths": [int(n) for n in result.episode_lengths],
-            "losses": {name: _finite_or_none(values) for name, values in result.losses.items()}}
+            "losses": {name: encode_scores(values) for name, values in result.losses.items()}}
 
 
 def _result_from_json(data: Mapping[str, Any]) -> PhaseResult:
-    def floats(values: Sequence[float | None]) -> list[float]:
-        return [math.nan if v is None else float(v) for v in values]
-
-    return PhaseResult(int(data["vector_steps"]), floats(data["episodic_returns"]),
-                       [int(n) for n in data["episode_lengths"]],
-                       {name: floats(values) for name, values in data["losses"].items()})
+    return PhaseResult(_count(data["vector_steps"], "vector_steps"), decode_scores(data["episodic_returns"]),
+                       [_count(n, "episode_lengths") for n in data["episode_lengths"]],
+                       {str(name): decode_scores(values) for name, values in data["losses"].items()})
 
 
 @dataclass
@@ -236,8 +241,14 @@ class GenerationLoop:
         Returns the saved buffers (by name) for the paradigm to load into its memories."""
         run = resume_run(checkpoint, device=device)
         check_resume_matches(run.agents, self.population)
+        with rebuilding(run.path, "loop"):
+            state = LoopState.from_dict(run.loop)
         self.population = run.agents
-        self.state = LoopState.from_dict(run.loop)
+        self.state = state
+        if self.budget.exhausted(self.state.agent_steps):
+            raise ResumeMismatchError(
+                f"cannot resume: the checkpoint is at {self.state.agent_steps:,} steps per agent, which already "
+                f"spends training.max_steps ({self.max_steps:,}); raise max_steps to train further")
         if self.checkpointer is not None:
             self.checkpointer.start_from(self.state.agent_steps)
         self.reporter.resume_at(self.global_steps)
