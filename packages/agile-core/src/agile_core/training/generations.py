@@ -187,7 +187,8 @@ class GenerationLoop:
         if resume_from_checkpoint is not None:
             saved = self.restore(resume_from_checkpoint, device=str(getattr(self.population[0], "device", "cpu")))
             if load_buffers is not None:
-                load_buffers(saved)
+                with rebuilding(resume_from_checkpoint, "buffers"):
+                    load_buffers(saved)
         elif self.env_seed is not None:
             # Actions sampled by torch (PPO's categorical and Gaussian policies) draw from torch's
             # global generator, which recent torch versions seed from OS entropy at start-up.
@@ -252,10 +253,13 @@ class GenerationLoop:
         if self.checkpointer is not None:
             self.checkpointer.start_from(self.state.agent_steps)
         self.reporter.resume_at(self.global_steps)
-        if self.selection is not None and run.evolution.get("selection") is not None:
-            self.selection.load_state_dict(run.evolution["selection"])
-        if self.mutation is not None and run.evolution.get("mutation") is not None:
-            self.mutation.load_state_dict(run.evolution["mutation"])
+        evolution = run.evolution if isinstance(run.evolution, dict) else {}
+        with rebuilding(run.path, "evolution.selection"):
+            if self.selection is not None and evolution.get("selection") is not None:
+                self.selection.load_state_dict(evolution["selection"])
+        with rebuilding(run.path, "evolution.mutation"):
+            if self.mutation is not None and evolution.get("mutation") is not None:
+                self.mutation.load_state_dict(evolution["mutation"])
         return run.buffers
 
     def run(self) -> tuple[list[Any], list[float]]:
