@@ -77,18 +77,9 @@ def port(text: str) -> int:
 def device(text: str) -> str:
     """A torch device this machine has (`cpu`, `cuda`, `cuda:1`, `mps`...), checked when parsed,
     so a typo or a missing GPU is a usage error, not a failure deep inside training."""
-    import torch
+    from agile_core.devices import check_device
 
     try:
-        parsed = torch.device(text)
-    except (RuntimeError, ValueError):
-        raise argparse.ArgumentTypeError(f"unknown torch device {text!r}; e.g. cpu, cuda, cuda:0, mps") from None
-    if parsed.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if count == 0:
-            raise argparse.ArgumentTypeError(f"{text!r}: no CUDA device on this machine")
-        if parsed.index is not None and parsed.index >= count:
-            raise argparse.ArgumentTypeError(f"{text!r}: this machine has {count} CUDA device(s)")
-    if parsed.type == "mps" and not torch.backends.mps.is_available():
-        raise argparse.ArgumentTypeError(f"{text!r}: MPS is not available on this machine")
-    return text
+        return check_device(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

@@ -17,6 +17,7 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
+from agile_core.devices import check_device
 from agile_core.distributed.data_parallel import check_accelerator
 from agile_core.distributed.options import BACKENDS, RayOptions
 from agile_core.errors import RunWarning
@@ -55,13 +56,16 @@ class Trainer(ABC):
                  mutation: MutationSpec | None = None, selection_strategy: Any = None,
                  replay_buffer: ReplayBufferSpec | None = None, **kwargs: Any) -> None:
         selection_strategy = _selection_alias(selection_strategy, kwargs)
-        spec: AlgorithmSpec = algorithm_spec(algorithm).model_validate({}) if isinstance(algorithm, str) else algorithm
+        spec = _algorithm_spec(algorithm)
         self.env_object: Any = None
         if isinstance(environment, EnvSpec):
             env_spec = environment
         elif isinstance(environment, str):
             env_spec = paradigm_of(spec.name).env_spec(name=environment)
         else:
+            if not all(callable(getattr(environment, name, None)) for name in ("reset", "step")):
+                raise TypeError("environment must be an environment id such as 'CartPole-v1', an environment spec, "
+                                f"or an environment object with reset() and step(), got {environment!r}")
             self.env_object = environment
             env_spec = paradigm_of(spec.name).env_spec(name=_env_name(environment), num_envs=_num_envs(environment))
         self.manifest = TrainingManifest(
@@ -82,6 +86,17 @@ class Trainer(ABC):
     @abstractmethod
     def train(self, *args: Any, **kwargs: Any) -> Any:
         """Run the training (locally or remotely)."""
+
+
+def _algorithm_spec(algorithm: Any) -> AlgorithmSpec:
+    """The spec `algorithm` names or is (TypeError for anything else, e.g. a spec class)."""
+    if isinstance(algorithm, str):
+        return algorithm_spec(algorithm).model_validate({})
+    if isinstance(algorithm, AlgorithmSpec):
+        return algorithm
+    if isinstance(algorithm, type) and issubclass(algorithm, AlgorithmSpec):
+        raise TypeError(f"algorithm: pass an instance, {algorithm.__name__}(...), not the class itself")
+    raise TypeError(f"algorithm must be an algorithm name such as 'DQN' or an AlgorithmSpec, got {algorithm!r}")
 
 
 def _env_name(env: Any) -> str:
@@ -125,10 +140,12 @@ class LocalTrainer(Trainer):
         self.ray_options = ray_options or RayOptions()
         self.lost_workers: list[Any] = []
         """Ray workers lost (and replaced) during the last `train` with backend ray."""
-        self.resume_from_checkpoint = resume_from_checkpoint
-        self.load_weights_from = load_weights_from
+        self.resume_from_checkpoint = _optional_path(resume_from_checkpoint, "resume_from_checkpoint")
+        self.load_weights_from = _optional_path(load_weights_from, "load_weights_from")
+        if not isinstance(hpo, bool):
+            raise TypeError(f"hpo must be True or False, got {hpo!r}")
         self.hpo = hpo
-        self.device = str(device)
+        self.device = check_device(device, here=backend == "local") if accelerator is None else str(device)
         self.hp_config = hp_config
         self.networks = {"actor_network": actor_network, "critic_network": critic_network,
                          "actor_networks": actor_networks, "critic_networks": critic_networks}
@@ -141,9 +158,14 @@ class LocalTrainer(Trainer):
         return m.training.hpo and (self.hpo or m.mutation is not None or m.selection_strategy is not None)
 
     def make_env(self, num_envs: int | None = None) -> Any:
-        """The vector env of the manifest (or the env object given to the constructor)."""
+        """The vector env of the manifest (or the env object given to the constructor; a single
+        Gymnasium env becomes a one-sub-env vector env around it)."""
         if self.env_object is not None:
-            return self.env_object
+            if "make_env" in paradigm_of(self.manifest.algorithm.name).hooks:  # the paradigm wraps its own
+                return self.env_object
+            from agile_core.training.envs import as_vector_env
+
+            return as_vector_env(self.env_object)
         from agile_core.environments import make_vector_env
 
         env_spec = self.manifest.environment
@@ -252,7 +274,13 @@ class LocalTrainer(Trainer):
         every metric to a CSV file. With ``backend="ray"`` members train in Ray actors
         (:mod:`agile_core.distributed`), the rest of the run staying here. `threads`: torch's
         intra-op threads per process (default: chosen by :mod:`agile_core.threads`)."""
+        from agile_core.training.arguments import positive_int
         from agile_core.training.options import RunOptions
+
+        if checkpoint_steps is not None:
+            positive_int("checkpoint_steps", checkpoint_steps)
+        if threads is not None:
+            positive_int("threads", threads)
 
         def options(selection: Any, mutation: Any) -> RunOptions:
             return RunOptions.from_manifest(
@@ -274,6 +302,17 @@ class LocalTrainer(Trainer):
         processes = int(getattr(self.accelerator, "num_processes", None) or os.environ.get("WORLD_SIZE") or 1)
         configure_threads(population, threads, processes)
         return run_loop(self.manifest, env, population, options(selection, mutation), self.device)
+
+
+def _optional_path(value: Any, name: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str | os.PathLike):
+        raise TypeError(f"{name} must be a path, got {value!r}")
+    text = os.fspath(value)
+    if "\0" in text or not text:
+        raise ValueError(f"{name} must be a non-empty path without NUL bytes, got {text!r}")
+    return text
 
 
 def _warm_start(population: list[Any], path: str, device: str) -> None:
