@@ -239,8 +239,13 @@ def test_empty_dataset_non_finite_rewards_and_bad_flags() -> None:
         load_dataset(_fields(0), name="data.h5")
     fields = _fields(6)
     fields["rewards"] = np.array([0, 1, np.nan, 2, np.inf, 0], np.float32)
-    with pytest.raises(DatasetError, match=r"`rewards` has 2 non-finite values \(first at row 2: nan\)"):
+    with pytest.raises(DatasetError, match=r"`rewards` has 2 rows with non-finite values \(first at row 2: \[nan\]\)"):
         load_dataset(fields)
+    for name in ("observations", "next_observations"):  # e.g. a logger that wrote NaN for a missing sensor
+        fields = _fields(6)
+        fields[name][3, 1] = np.nan  # type: ignore[index]
+        with pytest.raises(DatasetError, match=rf"`{name}` has 1 row with non-finite values \(first at row 3: "):
+            load_dataset(fields)
     fields = _fields(3)
     fields["terminations"] = np.array([0, 2, 1])
     with pytest.raises(DatasetError, match="`terminations` holds 2 at row 1; flags must be 0/1"):

@@ -30,6 +30,7 @@ from agile_core.training.checkpointing import (
     check_resume_matches,
     resume_run,
 )
+from agile_core.training.divergence import DivergenceWatch
 from agile_core.training.evolution import (
     EvolutionResult,
     evaluate_population,
@@ -153,6 +154,7 @@ class GenerationLoop:
     state: LoopState = field(default_factory=LoopState)
     fitnesses: list[float] = field(default_factory=list)
     stop_requested: bool = False
+    divergence: DivergenceWatch = field(default_factory=DivergenceWatch)
 
     @classmethod
     def create(cls, population: list[Any], env: Any, phase: PhaseFn, algo: str, env_name: str, options: RunOptions,
@@ -276,7 +278,7 @@ class GenerationLoop:
                 self.state.phase_results = []
                 with PROFILER.evaluate:
                     self._seed_env(len(self.population))
-                    self.fitnesses = self._evaluate()
+                    self.fitnesses = self.divergence.check(self.population, self._evaluate(), self.global_steps)
                 self.state.agent_steps += budget.generation_steps(self.state.slot_progress)
                 self.state.total_steps += budget.steps(sum(self.state.slot_progress))
                 self.state.generation += 1

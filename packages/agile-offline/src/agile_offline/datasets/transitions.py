@@ -163,12 +163,25 @@ def _check_pair(source: str, obs: Observations, next_obs: Observations) -> None:
                                f"`observations{suffix}` rows have shape {a.shape[1:]}")
 
 
+def _check_finite(source: str, field: str, array: np.ndarray) -> None:
+    """DatasetError naming the field and the first bad row when a float field holds NaN or inf."""
+    if array.dtype.kind != "f":
+        return
+    bad = ~np.isfinite(array.reshape(array.shape[0], -1)).all(axis=1)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        count = int(bad.sum())
+        first = np.asarray(array[row]).ravel()[:4].tolist()
+        raise DatasetError(f"{source}: `{field}` has {count} row{'s' if count != 1 else ''} with non-finite values "
+                           f"(first at row {row}: {first})")
+
+
 def from_arrays(source: str, *, observations: Any, actions: Any, rewards: Any, next_observations: Any,
                 terminations: Any, truncations: Any) -> TransitionData:
     """A validated `TransitionData` from array-likes (dict observations as mappings of arrays).
 
     Raises `DatasetError` (naming `source`) for non-numeric fields, mismatched row counts, an
-    empty table, non-finite rewards, flags that are not 0/1, or observation/next-observation
+    empty table, non-finite numbers (NaN or inf in any float field), flags that are not 0/1, or observation/next-observation
     layouts that differ.
     """
     obs = _observations(source, "observations", observations)
@@ -189,10 +202,7 @@ def from_arrays(source: str, *, observations: Any, actions: Any, rewards: Any, n
     if rows == 0:
         raise DatasetError(f"{source}: the dataset is empty (0 transitions)")
     _check_pair(source, obs, next_obs)
-    bad = ~np.isfinite(rew)
-    if bad.any():
-        row = int(np.flatnonzero(bad)[0])
-        raise DatasetError(f"{source}: `rewards` has {int(bad.sum())} non-finite values (first at row {row}: "
-                           f"{rew[row]})")
+    for name, array in fields:
+        _check_finite(source, name, array)
     return TransitionData(observations=obs, actions=acts, rewards=rew.astype(np.float32, copy=False),
                           next_observations=next_obs, terminations=term, truncations=trunc)
