@@ -89,23 +89,47 @@ def make_env_factory(spec: MultiAgentEnvSpec, base_dir: str | Path | None = None
                              wrappers, base)
 
 
+def native_vector_creator(spec: MultiAgentEnvSpec) -> Callable[..., Any] | None:
+    """The named module's own ``vector_env(num_envs, seed=None, **config)`` (a batched vector env,
+    such as `agile_marl.mpe.simple_spread_v3`'s), or None: for custom envs (entrypoint or path),
+    with wrappers (they wrap single envs), with ``sync: false``, or when the module has none."""
+    if spec.is_custom or spec.wrappers or not spec.sync:
+        return None
+    creator = getattr(import_module(spec.name, "name"), "vector_env", None)
+    return creator if callable(creator) else None
+
+
 def make_vec_env(spec: MultiAgentEnvSpec, num_envs: int | None = None, seed: int | None = None,
                  base_dir: str | Path | None = None, check: bool = True) -> MultiAgentVecEnv:
     """The vector env a manifest describes: `num_envs` (default `spec.num_envs`) sub-envs, in
     this process (`spec.sync`) or in spawn subprocesses.
+
+    When the named module has a native ``vector_env`` (see :func:`native_vector_creator`), that
+    vector env is used: it steps all sub-envs as arrays, always in this process. Otherwise each
+    sub-env is a ``parallel_env`` from the factory (`PettingZooVecEnv`, or
+    `AsyncPettingZooVecEnv` with ``sync: false``).
 
     With `check`, a fresh env from the factory is checked first (then closed). A `seed` seeds the
     vector env's action spaces and is the seed of its first ``reset()`` called without one.
     """
     from agile_marl.envs.async_vector import AsyncPettingZooVecEnv
     from agile_marl.envs.checks import check_parallel_env
-    from agile_marl.envs.vector import PettingZooVecEnv
+    from agile_marl.envs.vector import MultiAgentVecEnv, PettingZooVecEnv
 
     factory = make_env_factory(spec, base_dir)
     if check:
         check_parallel_env(factory, spec.name)
-    factories = [factory] * (num_envs or spec.num_envs)
-    env = PettingZooVecEnv(factories, seed=seed) if spec.sync else AsyncPettingZooVecEnv(factories, seed=seed)
+    count = num_envs or spec.num_envs
+    native = native_vector_creator(spec)
+    env: MultiAgentVecEnv
+    if native is not None:
+        env = native(count, seed=seed, **dict(spec.config))
+        if not isinstance(env, MultiAgentVecEnv):
+            raise MultiAgentEnvBuildError(f"environment.name: '{spec.name}'.vector_env() built a "
+                                          f"{type(env).__name__}, not a MultiAgentVecEnv")
+    else:
+        factories = [factory] * count
+        env = PettingZooVecEnv(factories, seed=seed) if spec.sync else AsyncPettingZooVecEnv(factories, seed=seed)
     if check:
         for agent, space in env.observation_spaces.items():
             if looks_channels_last(space):
