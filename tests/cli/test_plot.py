@@ -112,6 +112,37 @@ def test_bad_run_dir_exits_2_with_the_reason(tmp_path, capsys):
         assert "Traceback" not in err
 
 
+def _edited_history(run_dir: Path, target: Path, edit) -> Path:
+    shutil.copytree(run_dir, target, ignore=shutil.ignore_patterns("checkpoints", "plots"))
+    records = history(target)
+    edit(records[0]["agents"][0])
+    (target / "metrics.history.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return target
+
+
+@pytest.mark.parametrize(("edit", "expected"), [
+    (lambda agent: agent.update(fitness="high"), "agents[0].fitness must be a number or null, got 'high'"),
+    (lambda agent: agent.update(slot=10**12), "agents[0].slot must be an integer in 0..99999"),
+    (lambda agent: agent.update(hyperparameters=[1]), "agents[0].hyperparameters is not an object"),
+], ids=["string-fitness", "huge-slot", "list-hyperparameters"])
+def test_a_damaged_history_exits_2_naming_line_and_field(run_dir, tmp_path, capsys, edit, expected):
+    target = _edited_history(run_dir, tmp_path / "run", edit)
+    assert main(["plot", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert f"metrics.history.jsonl:1: not a generation record ({expected}" in err and "Traceback" not in err
+
+
+def test_unplottable_values_are_left_out_and_invalid_utf8_is_refused(run_dir, tmp_path, capsys):
+    huge = _edited_history(run_dir, tmp_path / "huge", lambda agent: agent.update(fitness=1e308))
+    assert main(["plot", str(huge)]) == 0
+    captured = capsys.readouterr()
+    assert len(captured.out.split()) == 3 and "Warning" not in captured.err
+    (tmp_path / "bytes").mkdir()
+    (tmp_path / "bytes" / "metrics.history.jsonl").write_bytes(b'{"generation": 1, "agents": []}\n\xff\xfe\n')
+    assert main(["plot", str(tmp_path / "bytes")]) == 2
+    assert "not UTF-8 text (byte 32); the file is damaged" in capsys.readouterr().err
+
+
 def test_plot_ignores_the_line_a_running_run_is_writing(run_dir, tmp_path, capsys):
     copy = tmp_path / "run"
     shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns("checkpoints", "plots"))

@@ -67,16 +67,17 @@ def load_run(run_dir: str | Path) -> RunHistory:
         raise RunDirError(f"{root} is not an agile run directory: it has no {HISTORY_FILE} "
                           "(written by `agile train`)")
     by_generation: dict[int, dict[str, Any]] = {}
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RunDirError(f"{path}: not UTF-8 text (byte {exc.start}); the file is damaged") from None
     lines = text.splitlines()
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
-            generation = int(record["generation"])
-            if not isinstance(record["agents"], list):
-                raise TypeError("agents is not a list")
+            record = _checked_record(json.loads(line))
+            generation = record["generation"]
         except (ValueError, KeyError, TypeError) as exc:
             if number == len(lines) and not text.endswith("\n"):
                 break  # the line a running (or crashed) run is still writing
@@ -89,6 +90,49 @@ def load_run(run_dir: str | Path) -> RunHistory:
     for record in generations:
         mutable.extend(name for name in record.get("mutable", []) if name not in mutable)
     return RunHistory(name=root.resolve().name, generations=generations, target=_target(root), mutable=mutable)
+
+
+MAX_SLOTS = 100_000
+"""Population slots a history may name (a larger slot is damage, and would size the plots)."""
+
+
+def _integer(value: Any, name: str, low: int = 0, high: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value >= high):
+        bounds = f">= {low}" if high is None else f"in {low}..{high - 1}"
+        raise ValueError(f"{name} must be an integer {bounds}, got {value!r}")
+    return value
+
+
+def _checked_record(record: Any) -> dict[str, Any]:
+    """A generation record whose fields have the types the plots read (ValueError/TypeError
+    naming the first that does not). A fitness too large to scale is plotted as missing."""
+    if not isinstance(record, dict):
+        raise TypeError("a generation record is a JSON object")
+    _integer(record["generation"], "generation")
+    if not isinstance(record.get("step", 0), int | float) or isinstance(record.get("step", 0), bool):
+        raise TypeError(f"step must be a number, got {record.get('step')!r}")
+    agents = record["agents"]
+    if not isinstance(agents, list):
+        raise TypeError("agents is not a list")
+    for index, agent in enumerate(agents):
+        if not isinstance(agent, dict):
+            raise TypeError(f"agents[{index}] is not an object")
+        _integer(agent.get("slot", 0), f"agents[{index}].slot", 0, MAX_SLOTS)
+        for key in ("id", "parent_id"):
+            if isinstance(agent.get(key), list | dict):
+                raise TypeError(f"agents[{index}].{key} must be a number or a name, got {agent.get(key)!r}")
+        fitness = agent.get("fitness")
+        if fitness is not None and (isinstance(fitness, bool) or not isinstance(fitness, int | float)):
+            raise TypeError(f"agents[{index}].fitness must be a number or null, got {fitness!r}")
+        if fitness is not None and not abs(fitness) <= PLOTTABLE:
+            agent["fitness"] = None
+        if not isinstance(agent.get("hyperparameters", {}), dict):
+            raise TypeError(f"agents[{index}].hyperparameters is not an object")
+    return record
+
+
+PLOTTABLE = 1e100
+"""Largest magnitude a plotted value may have (beyond it the axes cannot be scaled)."""
 
 
 def _target(root: Path) -> float | None:
@@ -128,7 +172,7 @@ def _steps_axis(ax: Any, history: RunHistory) -> None:
     import numpy as np
 
     gens = [float(r["generation"]) for r in history.generations]
-    steps = [float(r.get("step", 0)) for r in history.generations]
+    steps = [min(float(r.get("step", 0)), PLOTTABLE) for r in history.generations]
     if len(gens) < 2 or any(b <= a for a, b in itertools.pairwise(steps)):
         return
     top = ax.secondary_xaxis("top", functions=(lambda g: np.interp(g, gens, steps),
@@ -226,7 +270,7 @@ def plot_fitness(history: RunHistory, path: Path) -> None:
 def _numeric(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value) if math.isfinite(value) else None
+    return float(value) if abs(value) <= PLOTTABLE else None
 
 
 def hyperparameter_names(history: RunHistory) -> list[str]:
