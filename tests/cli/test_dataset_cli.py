@@ -178,3 +178,72 @@ def test_without_agile_offline_installed(monkeypatch: pytest.MonkeyPatch, capsys
     assert main(_record("--episodes", "1", "--out", str(tmp_path / "d.h5"))) == 2
     assert "needs the agile-offline package" in capsys.readouterr().err
     assert main(["dataset", "info", "x-v0"]) == 2
+
+
+def _transitions(handle: object, n: int = 5, skip: tuple[str, ...] = ()) -> None:
+    fields = {"observations": np.zeros((n, 3), "f4"), "actions": np.zeros(n, "i8"), "rewards": np.ones(n, "f4"),
+              "next_observations": np.zeros((n, 3), "f4"), "terminations": np.eye(1, n, n - 1, dtype=bool)[0],
+              "truncations": np.zeros(n, bool)}
+    for name, value in fields.items():
+        if name not in skip:
+            handle[name] = value  # type: ignore[index]
+
+
+def _huge(f: object) -> None:
+    _transitions(f, skip=("observations",))
+    f.create_dataset("observations", shape=(10**11, 3), dtype="f4", chunks=(1024, 3))  # type: ignore[attr-defined]
+
+
+def _external(f: object) -> None:
+    import h5py
+
+    _transitions(f, skip=("rewards",))
+    f["rewards"] = h5py.ExternalLink("/etc/other.h5", "/rewards")  # type: ignore[index]
+
+
+def _self_link(f: object) -> None:
+    import h5py
+
+    _transitions(f, skip=("observations",))
+    f["observations"] = h5py.SoftLink("/observations")  # type: ignore[index]
+
+
+def _group_loop(f: object) -> None:
+    import h5py
+
+    _transitions(f, skip=("observations",))
+    group = f.create_group("observations")  # type: ignore[attr-defined]
+    group["a"] = np.zeros((5, 2), "f4")
+    group["loop"] = h5py.SoftLink("/observations")
+
+
+def _metadata(value: object):
+    def build(f: object) -> None:
+        _transitions(f)
+        f.attrs["agile_metadata"] = value  # type: ignore[attr-defined]
+    return build
+
+
+@pytest.mark.parametrize(("build", "message"), [
+    (_huge, "`observations` has shape (100000000000, 3): a dataset field `observations` of 100,000,000,000 rows "
+            "needs 1.1 TB"),
+    (_external, "`rewards` is an external link to /etc/other.h5:/rewards; agile reads only data stored in the "
+                "dataset file itself"),
+    (_self_link, "`observations` cannot be read (a broken or looping link?)"),
+    (_group_loop, "`observations/loop/loop/loop/loop` nests groups more than 4 deep"),
+    (_metadata("{not json"), "its `agile_metadata` attribute is not a JSON object (got '{not json')"),
+    (_metadata("[1, 2]"), "its `agile_metadata` attribute is not a JSON object"),
+    (_metadata(np.array([1, 2])), "its `agile_metadata` attribute is not a JSON object"),
+], ids=["lazily-allocated-huge", "external-link", "self-link", "group-loop", "metadata-not-json",
+        "metadata-list", "metadata-array"])
+def test_info_of_a_hostile_file_is_one_line_and_exit_2(build, message: str, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    import h5py
+
+    path = tmp_path / "data.h5"
+    with h5py.File(path, "w") as handle:
+        build(handle)
+    assert main(["dataset", "info", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"agile dataset info: {path}: ") and message in err, err
+    assert len(err.strip().splitlines()) == 1

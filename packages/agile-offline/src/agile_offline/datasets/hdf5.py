@@ -20,6 +20,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from agile_core.buffers.memory import BufferTooLargeError, check_fits
 from agile_offline.datasets.errors import DatasetError
 from agile_offline.datasets.transitions import Observations, TransitionData, from_arrays
 
@@ -36,12 +37,37 @@ def _source_name(source: Any) -> str:
     return "dataset mapping"
 
 
-def _read(value: Any) -> Any:
-    """Arrays out of h5py datasets; groups and mappings become dicts of arrays."""
+_MAX_GROUP_DEPTH = 4
+"""Nesting a field's groups may have (dict observations use one level; deeper is a link loop)."""
+
+
+def _read(table: Mapping[str, Any], key: str, source: str, parent: str = "", depth: int = 0) -> Any:
+    """Entry `key` of `table` as arrays (groups and mappings become dicts of arrays); DatasetError
+    for an external link, a broken or looping link, or a dataset too large for this machine.
+    Messages name the entry by its path below the root (`parent/key`)."""
+    field = f"{parent}/{key}" if parent else key
+    if isinstance(table, h5py.Group):
+        link = table.get(key, getlink=True)
+        if isinstance(link, h5py.ExternalLink):
+            raise DatasetError(f"{source}: `{field}` is an external link to {link.filename}:{link.path}; agile reads "
+                               "only data stored in the dataset file itself")
+        try:
+            value = table[key]
+        except (KeyError, RuntimeError, OSError) as exc:
+            raise DatasetError(f"{source}: `{field}` cannot be read (a broken or looping link?): {exc}") from None
+    else:
+        value = table[key]
     if isinstance(value, h5py.Dataset):
+        nbytes = int(value.size) * value.dtype.itemsize
+        try:
+            check_fits(nbytes, rows=int(value.shape[0]) if value.shape else 1, what=f"dataset field `{field}`")
+        except BufferTooLargeError as exc:
+            raise DatasetError(f"{source}: `{field}` has shape {value.shape}: {exc}") from None
         return value[()]
     if isinstance(value, Mapping):
-        return {str(key): _read(item) for key, item in value.items()}
+        if depth >= _MAX_GROUP_DEPTH:
+            raise DatasetError(f"{source}: `{field}` nests groups more than {_MAX_GROUP_DEPTH} deep (a link loop?)")
+        return {str(name): _read(value, str(name), source, field, depth + 1) for name in value}
     return value
 
 
@@ -54,11 +80,11 @@ def _flag_fields(source: str, table: Mapping[str, Any]) -> tuple[Any, Any]:
     if has_terminals and (has_term or has_trunc):
         raise DatasetError(f"{source}: has both `terminals` and `terminations`/`truncations`; keep one convention")
     if has_terminals:
-        terminals = _read(table["terminals"])
-        timeouts = _read(table["timeouts"]) if "timeouts" in table else np.zeros(np.shape(terminals), bool)
+        terminals = _read(table, "terminals", source)
+        timeouts = _read(table, "timeouts", source) if "timeouts" in table else np.zeros(np.shape(terminals), bool)
         return terminals, timeouts
     if has_term and has_trunc:
-        return _read(table["terminations"]), _read(table["truncations"])
+        return _read(table, "terminations", source), _read(table, "truncations", source)
     if has_term or has_trunc:
         present, absent = ("terminations", "truncations") if has_term else ("truncations", "terminations")
         raise DatasetError(f"{source}: has `{present}` but no `{absent}`; store both (or store the terminal "
@@ -74,8 +100,9 @@ def _from_table(source: str, table: Mapping[str, Any]) -> TransitionData:
                     "`agile dataset record` to get it)" if field == "next_observations" else "")
             raise DatasetError(f"{source}: missing field `{field}`{hint}; fields present: {_fields_present(table)}")
     terminations, truncations = _flag_fields(source, table)
-    return from_arrays(source, observations=_read(table["observations"]), actions=_read(table["actions"]),
-                       rewards=_read(table["rewards"]), next_observations=_read(table["next_observations"]),
+    return from_arrays(source, observations=_read(table, "observations", source),
+                       actions=_read(table, "actions", source), rewards=_read(table, "rewards", source),
+                       next_observations=_read(table, "next_observations", source),
                        terminations=terminations, truncations=truncations)
 
 
@@ -110,7 +137,18 @@ def read_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
             raw = handle.attrs.get(_METADATA_ATTR)
     except OSError as exc:
         raise DatasetError(f"{path}: cannot be read as an HDF5 file ({exc})") from exc
-    return dict(json.loads(raw)) if raw else {}
+    if raw is None:
+        return {}
+    if isinstance(raw, bytes):
+        raw = raw.decode("utf-8", errors="replace")
+    try:
+        metadata = json.loads(raw) if isinstance(raw, str) else None
+    except ValueError:
+        metadata = None
+    if not isinstance(metadata, dict):
+        raise DatasetError(f"{path}: its `{_METADATA_ATTR}` attribute is not a JSON object (got {str(raw)[:60]!r}); "
+                           "it is written by `agile dataset record` or `write_hdf5`")
+    return metadata
 
 
 def check_output_path(path: str | os.PathLike[str], *, overwrite: bool = True) -> Path:
