@@ -6,9 +6,11 @@ are averaged over the processes, and the main process evolves the population and
 directory (docs/distributed.md).
 """
 
+
+
 import sys
 
-from agile_cli.main import main
+from agile_cli.main import run
 
 if __name__ == "__main__":
-    sys.exit(main(["train", *sys.argv[1:]]))
+    run(["train", *sys.argv[1:]])

@@ -4,11 +4,16 @@ exit 2 cleanly."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from agile_cli.main import main
+
+ROOT = Path(__file__).resolve().parents[2]
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "training"
 DQN = ["--set", "training.evo_steps=256", "--set", "training.learning_delay=64", "--set", "training.eval_steps=50",
@@ -128,3 +133,30 @@ def test_a_device_this_machine_lacks_is_a_usage_error(capsys, command, value, ex
     assert main(args) == 2
     err = capsys.readouterr().err
     assert "--device" in err and expected in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("command", ["schema", "validate", "evaluate", "--version"])
+def test_output_that_cannot_be_written_ends_in_one_line(command: str, tmp_path: Path) -> None:
+    """`agile ... > /dev/full` says it could not write (exit 1); `agile ... | head` stops quietly."""
+    import gymnasium as gym
+
+    from agile_offpolicy import DQN
+
+    args = {"schema": ["schema"], "validate": ["validate", str(ROOT / "configs/training/dqn.yaml")],
+            "evaluate": ["evaluate", str(tmp_path / "agent"), "--env", "CartPole-v1", "--episodes", "1"],
+            "--version": ["--version"]}[command]
+    if command == "evaluate":
+        env = gym.make("CartPole-v1")
+        DQN(env.observation_space, env.action_space).save_checkpoint(tmp_path / "agent")
+    with open("/dev/full", "w") as full:
+        result = subprocess.run([sys.executable, "-m", "agile_cli.main", *args], stdout=full, stderr=subprocess.PIPE,
+                                text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == "agile: cannot write the output: No space left on device"
+    assert "Traceback" not in result.stderr
+    reader = subprocess.Popen([sys.executable, "-m", "agile_cli.main", *args], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert reader.stdout is not None and reader.stderr is not None
+    reader.stdout.close()  # the reader is gone before anything is written
+    err = reader.stderr.read().decode()
+    assert reader.wait(timeout=120) in (0, 141) and "Traceback" not in err and "Exception ignored" not in err, err

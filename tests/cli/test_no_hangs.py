@@ -46,7 +46,7 @@ def test_a_second_run_in_a_busy_run_directory_is_refused_and_the_first_finishes(
         time.sleep(0.1)
     second = subprocess.run([sys.executable, "-m", "agile_cli.main", "train", str(manifest), *common,
                              "--set", "training.max_steps=256"], env=env, capture_output=True, text=True, timeout=120)
-    out, err = first.communicate(timeout=300)
+    _, err = first.communicate(timeout=300)
     assert second.returncode == 2, second.stderr
     assert f"in use by another run (pid {first.pid})" in second.stderr and "Traceback" not in second.stderr
     assert first.returncode == 0, err

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import errno
+import os
+import signal
 import sys
 import warnings
 from collections.abc import Sequence
@@ -70,9 +73,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     return int(args.handler(args))
 
 
-def run() -> None:
-    """Console-script entry point."""
-    sys.exit(main())
+_OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG})
+"""Write failures of standard output (`agile schema > /dev/full`) reported in one line."""
+
+
+def run(argv: Sequence[str] | None = None) -> None:
+    """Console-script entry point: exit with `main`'s code; output that cannot be written (a closed
+    pipe such as `| head`, a full disk) ends the command without a traceback."""
+    try:
+        code = main(argv)
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader went away (`agile ... | head`): stop quietly, as a killed process
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
+        code = 128 + signal.SIGPIPE
+    except OSError as exc:
+        if exc.errno not in _OUTPUT_ERRNOS:
+            raise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print(f"agile: cannot write the output: {exc.strerror or exc}", file=sys.stderr)
+        code = 1
+    sys.exit(code)
 
 
 if __name__ == "__main__":
