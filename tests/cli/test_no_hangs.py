@@ -52,3 +52,29 @@ def test_a_second_run_in_a_busy_run_directory_is_refused_and_the_first_finishes(
     assert first.returncode == 0, err
     history = (run_dir / "metrics.history.jsonl").read_text().splitlines()
     assert history and all(line.startswith("{") for line in history)
+
+
+@pytest.mark.parametrize(("manifest", "overrides", "message"), [
+    ("dqn_cartpole.yaml", ["network.encoder_config.hidden_size=[1000000,1000000]",
+                           "network.encoder_config.max_mlp_nodes=10000000"],
+     "network: the population's networks would need about 116.4 TB (2,000,148,008,964 parameters per member x 4 "
+     "members, with gradients and optimizer state)"),
+    ("ppo_cartpole.yaml", ["network.latent_dim=100000000", "network.max_latent_dim=1000000000"],
+     "network: the population's networks would need about 1.1 TB"),
+    ("maddpg_speaker_listener.yaml", ["network.encoder_config.hidden_size=[1000000,1000000]",
+                                      "network.encoder_config.max_mlp_nodes=10000000"],
+     "network: the population's networks would need about"),
+    ("ppo_cartpole.yaml", ["algorithm.update_epochs=1000000"],
+     "algorithm.update_epochs: input should be less than or equal to 1000 (got 1000000)"),
+], ids=["mlp-width", "latent-dim", "multi-agent", "update-epochs"])
+def test_sizes_past_the_machine_are_refused_naming_the_limit(manifest: str, overrides: list[str], message: str,
+                                                            tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from agile_cli.main import main
+
+    sets = [arg for override in overrides for arg in ("--set", override)]
+    started = time.monotonic()
+    code = main(["train", str(ROOT / "configs/training" / manifest), *sets, "--quiet", "--run-dir", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert message in err and "Traceback" not in err, err
+    assert time.monotonic() - started < 60

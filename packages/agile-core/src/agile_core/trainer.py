@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Self
 from agile_core.devices import check_device
 from agile_core.distributed.data_parallel import check_accelerator
 from agile_core.distributed.options import BACKENDS, RayOptions
-from agile_core.errors import RunWarning
+from agile_core.errors import ManifestError, ManifestIssue, RunWarning
 from agile_core.registry import algorithm_spec, paradigm_of
 from agile_core.specs.algorithm import AlgorithmSpec
 from agile_core.specs.env import EnvSpec, GymEnvSpec
@@ -214,6 +214,8 @@ class LocalTrainer(Trainer):
         paradigm = paradigm_of(spec.name)
         spaces = paradigm.load_attr("agent_spaces")(env) if "agent_spaces" in paradigm.hooks else \
             (env.single_observation_space, env.single_action_space)
+        self._check_population_fits(lambda device: algorithm_class(*spaces, index=0, hp_config=hp_config,
+                                                                   device=device, **kwargs))
         population = []
         for index in range(self.manifest.training.pop_size):
             agent_kwargs = dict(kwargs)
@@ -222,6 +224,18 @@ class LocalTrainer(Trainer):
             population.append(algorithm_class(*spaces, index=index, hp_config=hp_config, device=self.device,
                                               **agent_kwargs))
         return population
+
+    def _check_population_fits(self, build_member: Any) -> None:
+        """ManifestError on `network` when its sizes are large and the population's networks
+        would not fit in this machine's memory (see :mod:`agile_core.algorithms.footprint`)."""
+        from agile_core.algorithms.footprint import LARGE_WIDTH, check_population_fits, widest_size
+
+        network = self.manifest.network
+        if network is None or widest_size(network.model_dump(exclude_none=True)) <= LARGE_WIDTH:
+            return
+        problem = check_population_fits(build_member, self.manifest.training.pop_size)
+        if problem is not None:
+            raise ManifestError([ManifestIssue(("network",), problem)])
 
     def make_selection_and_mutation(self) -> tuple[Any, Any]:
         """Selection strategy and Mutations objects (None, None when HPO is off)."""

@@ -18,7 +18,7 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from agile_core.specs._base import Spec, field_error
-from agile_core.specs.algorithm import AlgorithmSpec
+from agile_core.specs.algorithm import AlgorithmSpec, UpdateEpochs
 from agile_core.specs.env import EnvSpec
 
 PositiveInt = Annotated[int, Field(ge=1)]
@@ -231,7 +231,7 @@ class GRPOSpec(_RolloutSpec):
     """Ratio clip: the objective ignores ratio moves beyond ``1 +- clip_coef``."""
     group_size: Annotated[int, Field(ge=2)] = 8
     """Completions sampled per prompt; advantages are relative to the group."""
-    update_epochs: PositiveInt = 1
+    update_epochs: UpdateEpochs = 1
     """Updates on each batch of episodes (the ratio departs from 1 after the first)."""
 
     algorithm_class: ClassVar[str] = "agile_llm.grpo:GRPO"
@@ -284,7 +284,7 @@ class LLMPPOSpec(_RolloutSpec):
     """Discount per turn (1.0: an episode's turns count alike, usual for LLM tasks)."""
     gae_lambda: Annotated[float, Field(ge=0.0, le=1.0)] = 0.95
     """GAE's lambda over turns (1: Monte Carlo returns minus the value; 0: one-turn TD)."""
-    update_epochs: PositiveInt = 2
+    update_epochs: UpdateEpochs = 2
     """Actor and critic updates on each batch of episodes."""
     normalize_advantages: bool = True
     """Whiten the step's turn advantages (zero mean, unit standard deviation)."""

@@ -6,7 +6,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
-from agile_core.specs.algorithm import AlgorithmSpec
+from agile_core.specs.algorithm import AlgorithmSpec, UpdateEpochs
 
 PositiveInt = Annotated[int, Field(ge=1)]
 PositiveFloat = Annotated[float, Field(gt=0.0)]
@@ -40,7 +40,7 @@ class PPOSpec(AlgorithmSpec):
     """Gradient-norm clipping threshold."""
     target_kl: PositiveFloat | None = None
     """Stop the update epochs early when the approximate KL divergence exceeds this."""
-    update_epochs: PositiveInt = 4
+    update_epochs: UpdateEpochs = 4
     """Passes over each rollout."""
     share_encoders: bool = True
     """Actor and critic share one observation encoder."""

@@ -5,12 +5,19 @@ from __future__ import annotations
 import types
 import typing
 from collections.abc import Mapping
-from typing import Any, ClassVar, Literal, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Literal, get_args, get_origin
 
 from pydantic import Field, ValidationError
 
 from agile_core.specs._base import Spec
 from agile_core.specs.mutation import RLHyperparameter
+
+MAX_UPDATE_EPOCHS = 1000
+"""Most passes over one batch of experience an algorithm may make (far above any published
+setting; a typo such as 1e6 would otherwise run for days)."""
+
+UpdateEpochs = Annotated[int, Field(ge=1, le=MAX_UPDATE_EPOCHS)]
+"""The type of an `update_epochs` field: 1 to `MAX_UPDATE_EPOCHS`."""
 
 
 class AlgorithmSpec(Spec):

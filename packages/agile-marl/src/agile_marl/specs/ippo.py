@@ -6,7 +6,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
-from agile_core.specs.algorithm import AlgorithmSpec
+from agile_core.specs.algorithm import AlgorithmSpec, UpdateEpochs
 
 PositiveInt = Annotated[int, Field(ge=1)]
 PositiveFloat = Annotated[float, Field(gt=0.0)]
@@ -43,7 +43,7 @@ class IPPOSpec(AlgorithmSpec):
     """Gradient-norm clipping threshold (per agent group's actor and critic)."""
     target_kl: PositiveFloat | None = None
     """Stop an agent group's update epochs when a minibatch's approximate KL exceeds this."""
-    update_epochs: PositiveInt = 4
+    update_epochs: UpdateEpochs = 4
     """Passes over each rollout."""
     normalize_advantages: bool = True
     """Standardise advantages within each minibatch (as PPO does)."""
