@@ -294,3 +294,17 @@ def test_damaged_run_state_is_refused_or_resumed_by_agile_train(
         assert str(damaged) in err or "cannot resume" in err
     else:  # resumed: the run ended at its budget with a checkpoint that loads
         assert json.loads((root / "run" / "summary.json").read_text())["agents"]
+
+
+def test_evaluating_an_agent_whose_weights_disagree_with_its_architecture_exits_2(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from agile_offpolicy import DQN as DQNAgent
+
+    env = gym.make("CartPole-v1")
+    DQNAgent(env.observation_space, env.action_space).save_checkpoint(tmp_path / "elite")
+    manifest = json.loads((tmp_path / "elite" / "manifest.json").read_text())
+    manifest["metadata"]["network_configs"]["actor"]["encoder"]["hidden_size"] = [8]
+    (tmp_path / "elite" / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["evaluate", str(tmp_path / "elite"), "--env", "CartPole-v1", "--episodes", "1"]) == 2
+    err = capsys.readouterr().err
+    assert f"agile evaluate: {tmp_path / 'elite'}: agent: network 'actor': the saved weights do not fit" in err, err

@@ -17,7 +17,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from agile_core.specs._base import Spec, field_error
+from agile_core.specs._base import PrintableStr, Spec, field_error
 from agile_core.specs.algorithm import AlgorithmSpec, UpdateEpochs
 from agile_core.specs.env import EnvSpec
 
@@ -66,7 +66,7 @@ class LLMDatasetEnvSpec(EnvSpec):
     """The ``environment`` section of dataset (teacher-forced) LLM training: local files of
     prompts with responses (SFT) or with chosen/rejected responses (DPO)."""
 
-    name: str = Field(default="dataset", min_length=1)
+    name: PrintableStr = Field(default="dataset", min_length=1)
     """Label of the run (logs, progress bar)."""
     num_envs: int = Field(default=1, ge=1, le=1)
     """Always 1: a dataset is not vectorised."""
@@ -297,7 +297,7 @@ class LLMRolloutEnvSpec(EnvSpec):
     """The ``environment`` section of rollout (online RL) LLM training: a single-turn dataset of
     prompts and answers with a reward function, or a multi-turn environment by entrypoint."""
 
-    name: str = Field(default="rollout", min_length=1)
+    name: PrintableStr = Field(default="rollout", min_length=1)
     """Label of the run (logs, progress bar)."""
     num_envs: int = Field(default=1, ge=1, le=1)
     """Always 1 (the group size sets how many episodes run at once)."""

@@ -155,10 +155,10 @@ class Sandbox:
                 args += ["--dev-bind", str(device), str(device)]
         made: set[str] = {"/", "/usr", "/proc", "/dev", *_SYSTEM_LINKS}
         for path in (*(p for p in _ETC_FILES if os.path.exists(p)), *self.read_only):
-            args += _parents(path, made) + ["--ro-bind", path, path]
+            args += [*_parents(path, made), "--ro-bind", path, path]
         for path in self.hidden:  # after the installation: hides the data folder even below a bound one
-            args += _parents(path, made) + ["--perms", "0755", "--tmpfs", path]
-        args += _parents(job, made) + ["--bind", job, job, "--chdir", job]
+            args += [*_parents(path, made), "--perms", "0755", "--tmpfs", path]
+        args += [*_parents(job, made), "--bind", job, job, "--chdir", job]
         if "/tmp" not in made:  # present but read-only: temporary files go to the job folder (TMPDIR)
             args += ["--perms", "0755", "--dir", "/tmp"]
         args += ["--remount-ro", "/"]  # the sandbox's own root: nothing can be written outside the job folder

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import types
 import typing
-from typing import Any, get_args, get_origin
+import unicodedata
+from typing import Annotated, Any, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, model_validator
 from pydantic_core import PydanticCustomError
 
 
@@ -49,6 +50,20 @@ def _takes_number_not_bool(annotation: Any) -> bool:
         args = [arg for arg in get_args(annotation) if arg is not type(None)]
         return bool(args) and bool not in args and any(_takes_number_not_bool(arg) for arg in args)
     return annotation in (int, float)
+
+
+def printable(value: str) -> str:
+    """`value` when it has no control or format characters (a NUL, a newline, an escape
+    sequence): names and paths are printed in logs, progress bars and file names, where those
+    would forge or garble output, and a NUL cannot be part of a path."""
+    bad = next((char for char in value if unicodedata.category(char).startswith("C")), None)
+    if bad is not None:
+        raise ValueError(f"must not contain control or format characters (found {bad!r})")
+    return value
+
+
+PrintableStr = Annotated[str, AfterValidator(printable)]
+"""A string field checked by :func:`printable`."""
 
 
 def field_error(field: str, message: str) -> PydanticCustomError:

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import re
-import unicodedata
 from typing import Annotated, Any
 
 from pydantic import Field, field_validator, model_validator
 
-from agile_core.specs._base import Spec, field_error
+from agile_core.specs._base import PrintableStr, Spec, field_error
 
 _ENTRYPOINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 _ATTRIBUTE = re.compile(r"^[A-Za-z_][\w.]*$")
@@ -34,20 +33,10 @@ class WrapperSpec(Spec):
 class EnvSpec(Spec):
     """Base of every environment section: a name plus how many copies to run."""
 
-    name: str = Field(min_length=1)
+    name: PrintableStr = Field(min_length=1)
     """Environment id (a registered id, or the name of a custom environment)."""
     num_envs: Annotated[int, Field(ge=1, le=65_536)] = 16
     """Sub-environments each agent steps in parallel (one vector environment per agent)."""
-
-    @field_validator("name")
-    @classmethod
-    def _printable(cls, value: str) -> str:
-        """No control or format characters: the name is printed in logs, progress bars and run
-        folder names, where a newline or an escape sequence would forge or garble output."""
-        bad = next((char for char in value if unicodedata.category(char).startswith("C")), None)
-        if bad is not None:
-            raise ValueError(f"must not contain control or format characters (found {bad!r})")
-        return value
 
 
 class CustomEnvSpec(EnvSpec):

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from pydantic import AliasChoices, Field, model_validator
 
-from agile_core.specs._base import Spec, field_error
+from agile_core.specs._base import PrintableStr, Spec, field_error
 
 MAX_SEED = 2**32 - 1
 """Largest seed: every generator (numpy, torch, Gymnasium) takes seeds in [0, 2**32)."""
@@ -116,7 +116,7 @@ class TrainingSpec(Spec):
     """Multiplicative epsilon decay per vector step (DQN-style algorithms; default 0.999)."""
     checkpoint_steps: PositiveInt | None = None
     """Save a population checkpoint every this many steps per agent (off when null)."""
-    checkpoint_path: str | None = None
+    checkpoint_path: PrintableStr | None = None
     """Directory for checkpoints (the run directory's `checkpoints/` when null)."""
     overwrite_checkpoints: bool = False
     """Keep only the latest checkpoint instead of one per checkpoint step."""

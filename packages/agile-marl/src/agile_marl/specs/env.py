@@ -6,7 +6,7 @@ import re
 
 from pydantic import Field, model_validator
 
-from agile_core.specs._base import field_error
+from agile_core.specs._base import PrintableStr, field_error
 from agile_core.specs.env import CustomEnvSpec
 
 _MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
@@ -17,7 +17,7 @@ class MultiAgentEnvSpec(CustomEnvSpec):
     or a custom one by entrypoint or file (a ParallelEnv class or factory; in a file, its
     `parallel_env` or its only ParallelEnv subclass). Wrappers are PettingZoo or SuperSuit style."""
 
-    name: str = Field(min_length=1)
+    name: PrintableStr = Field(min_length=1)
     """Module whose `parallel_env(**config)` builds the environment, e.g.
     `mpe2.simple_speaker_listener_v4`; with `entrypoint` or `path`, just a display name."""
 
