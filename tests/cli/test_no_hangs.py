@@ -78,3 +78,10 @@ def test_sizes_past_the_machine_are_refused_naming_the_limit(manifest: str, over
     assert code == 2, err
     assert message in err and "Traceback" not in err, err
     assert time.monotonic() - started < 60
+
+
+def test_a_huge_evaluate_episode_count_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    from agile_cli.main import main
+
+    assert main(["evaluate", "elite", "--env", "CartPole-v1", "--episodes", "1000000000"]) == 2
+    assert "argument --episodes: expected an integer in 1..100,000, got 1,000,000,000" in capsys.readouterr().err
