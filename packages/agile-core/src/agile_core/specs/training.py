@@ -97,7 +97,8 @@ class TrainingSpec(Spec):
         default=1, validation_alias=AliasChoices("pop_size", "population_size"))
     """Number of agents in the population (alias: `population_size`)."""
     eval_steps: PositiveInt | None = None
-    """Step limit of each evaluation episode (until the episode ends when null)."""
+    """Step limit of each evaluation episode (until the episode ends when null; an episode that
+    has not ended after 27,000 steps then stops the run with an error naming this field)."""
     eval_loop: PositiveInt = 1
     """Evaluation episodes averaged into each fitness score."""
     replay_buffer: ReplayBufferSpec | None = None

@@ -13,9 +13,11 @@ from agile_core.errors import ManifestError, ManifestIssue
 from agile_core.training.envs import as_vector_env, swap_image_channels
 from agile_core.training.profiling import PROFILER
 
-UNCAPPED_EPISODE_LIMIT = 100_000
-"""Vector steps an evaluation episode may take when nothing caps it (no ``training.eval_steps``):
-an environment whose episodes never end fails here instead of hanging the run."""
+UNCAPPED_EPISODE_LIMIT = 27_000
+"""Vector steps an evaluation episode may take when nothing caps it (no ``training.eval_steps``,
+no time limit): an environment whose episodes never end fails here, after seconds, instead of
+hanging the run. The figure is the usual Atari cap (108,000 frames at frame skip 4); an
+environment with longer episodes sets ``eval_steps``."""
 
 
 def check_episode_length(steps: int, max_steps: int | None) -> None:
