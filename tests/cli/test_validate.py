@@ -59,6 +59,7 @@ BAD = [
     ("mutation-probability-huge", GOOD + "mutation:\n  probabilities:\n    arch_mut: 1.0e+308\n", "13: mutation.probabilities.arch_mut: input should be less than or equal to 1000000"),
     ("batch-above-replay-size", GOOD + "replay_buffer:\n  max_size: 32\n", "algorithm.batch_size: is larger than the replay buffer (max_size 32)"),
     ("checkpoint-path-nul", GOOD.replace("  max_steps: 20000\n", '  max_steps: 20000\n  checkpoint_path: "ck\\0pt"\n'), "9: training.checkpoint_path: must not contain control or format characters (found '\\x00')"),
+    ("negative-time-limit", GOOD.replace("  num_envs: 8\n", "  num_envs: 8\n  config: {max_episode_steps: -5}\n"), "environment.config: max_episode_steps must be a positive integer or null, got -5"),
     ("env-name-escape", GOOD.replace("name: CartPole-v1", 'name: "Cart\\e[2JPole"'), "5: environment.name: must not contain control or format characters (found '\\x1b')"),
     ("mutation-min-above-max", GOOD + "mutation:\n  rl_hp_selection:\n    lr:\n      min: 0.1\n      max: 0.01\n", "15: mutation.rl_hp_selection.lr.max: must not be below min"),
     ("mutation-probability-negative", GOOD + "mutation:\n  probabilities:\n    no_mut: -0.5\n", "13: mutation.probabilities.no_mut: input should be greater than or equal to 0"),

@@ -93,3 +93,12 @@ class CustomEnvSpec(EnvSpec):
 class GymEnvSpec(CustomEnvSpec):
     """A Gymnasium environment: a registered id (`gymnasium.make(name, **config)`), or a custom
     one by entrypoint or file path (its only `gymnasium.Env` subclass when no entrypoint is given)."""
+
+    @field_validator("config")
+    @classmethod
+    def _episode_limit(cls, value: dict[str, Any]) -> dict[str, Any]:
+        """`gymnasium.make`'s `max_episode_steps` (a TimeLimit) is a positive integer or null."""
+        limit = value.get("max_episode_steps")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+            raise ValueError(f"max_episode_steps must be a positive integer or null, got {limit!r}")
+        return value

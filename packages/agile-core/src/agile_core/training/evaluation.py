@@ -27,7 +27,8 @@ def check_episode_length(steps: int, max_steps: int | None) -> None:
         raise ManifestError([ManifestIssue(
             ("training", "eval_steps"),
             f"an evaluation episode ran {steps:,} steps without terminating or truncating and nothing caps it: "
-            "set training.eval_steps, or give the environment a time limit (environment.max_episode_steps)")])
+            "set training.eval_steps, or give the environment a time limit (the wrapper "
+            "gymnasium.wrappers.TimeLimit with max_episode_steps)")])
 
 ActFn = Callable[[Any, dict[str, Any]], Any]
 """``act(obs, info) -> actions``: batched actions for batched observations (and the step's info)."""
