@@ -23,6 +23,7 @@ from gymnasium import spaces
 from torch import nn
 
 from agile_core.algorithms.spaces import UnsupportedSpaceError, check_agent_spaces, check_space
+from agile_core.dynamo_free import skip_dynamo_import
 from agile_core.hpo.hyperparameters import HyperparameterConfig, RLParameter
 from agile_core.hpo.lineage import Lineage
 from agile_core.hpo.mutation import AMPLIFIED_SCALE, AMPLIFIED_SHARE, RESET_SHARE, NoiseBands
@@ -110,6 +111,7 @@ class EvolvableAlgorithm(ABC):
         setattr(self, attr, self._build_optimizer(slot))
 
     def _build_optimizer(self, slot: OptimizerSlot) -> torch.optim.Optimizer:
+        skip_dynamo_import()
         params = _unique_params(getattr(self, name) for name in slot.networks)
         return slot.factory(params, lr=float(getattr(self, slot.lr_attr)), **slot.kwargs)
 
