@@ -10,6 +10,10 @@ _FUNCTIONS = {
     "train_on_policy": "agile_onpolicy.training",
     "train_multi_agent_off_policy": "agile_marl.training.off_policy",
     "train_multi_agent_on_policy": "agile_marl.training.on_policy",
+    "train_offline": "agile_offline.training",
+    "train_bandits": "agile_offline.bandits.training",
+    "train_llm_dataset": "agile_llm.training",
+    "train_llm_rollout": "agile_llm.rollout_training",
     "LocalTrainer": "agile_core.trainer",
     "Trainer": "agile_core.trainer",
 }

@@ -257,3 +257,11 @@ def test_evaluate_a_saved_elite(tmp_path):
     assert report["episodes"] == 3 and report["mean_return"] > 0 and report["std_return"] >= 0
     missing = agile("evaluate", str(tmp_path / "nothing"), "--env", "CartPole-v1")
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
+
+
+def test_every_training_function_is_reachable_from_agile_training():
+    import agile.training
+
+    for name in agile.training.__all__:
+        assert callable(getattr(agile.training, name)), name
+    assert {"train_llm_rollout", "train_llm_dataset", "train_offline", "train_bandits"} <= set(agile.training.__all__)
