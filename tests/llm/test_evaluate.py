@@ -239,3 +239,15 @@ def test_a_failing_reward_function_is_exit_1_without_traceback(tiny_dir: Path, t
     assert main(["evaluate", str(tmp_path / "a"), "--manifest", str(_write(tmp_path / "m.json", manifest))]) == 1
     err = capsys.readouterr().err
     assert "evaluation failed: KeyError: 'no score'" in err and "Traceback" not in err
+
+
+def test_a_reward_function_name_the_file_lacks_names_reward_fn_name(tiny_dir: Path, tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "rewards.py").write_text("def reward(completion, answer, prompt=''):\n    return 0.0\n",
+                                         encoding="utf-8")
+    manifest = _manifest(tiny_dir, "GRPO")
+    manifest["environment"].update(reward_file_path=str(tmp_path / "rewards.py"), reward_fn_name="score")
+    path = _write(tmp_path / "m.json", manifest)
+    assert main(["train", str(path), "--quiet", "--run-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert f"environment.reward_fn_name: {tmp_path / 'rewards.py'} has no function 'score'" in err, err

@@ -355,12 +355,16 @@ def _import(name_or_file: str, base_dir: str | Path | None) -> Any:
     return importlib.import_module(name_or_file)
 
 
+class MissingRewardFunction(AttributeError):
+    """The reward file or module loads but has no function of the name asked for."""
+
+
 def load_reward_fn(reward_file_path: str, reward_fn_name: str, base_dir: str | Path | None = None) -> RewardFn:
     """The function `reward_fn_name` of `reward_file_path`: a ``.py`` file (relative to
     `base_dir`) or an importable module name (e.g. ``agile_llm.tiny``)."""
     fn = getattr(_import(reward_file_path, base_dir), reward_fn_name, None)
     if not callable(fn):
-        raise AttributeError(f"{reward_file_path} has no function {reward_fn_name!r}")
+        raise MissingRewardFunction(f"{reward_file_path} has no function {reward_fn_name!r}")
     return fn  # type: ignore[no-any-return,unused-ignore]
 
 

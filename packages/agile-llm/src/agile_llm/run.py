@@ -78,7 +78,12 @@ class RolloutSource:
     factory."""
 
     def __init__(self, spec: Any, base_dir: str | Path | None) -> None:
-        from agile_llm.rollout import PromptAnswerEnv, load_env_factory, load_reward_fn
+        from agile_llm.rollout import (
+            MissingRewardFunction,
+            PromptAnswerEnv,
+            load_env_factory,
+            load_reward_fn,
+        )
 
         self.spec = spec
         self.name = spec.name
@@ -93,6 +98,8 @@ class RolloutSource:
             return
         try:
             reward_fn = load_reward_fn(str(spec.reward_file_path), spec.reward_fn_name, base_dir)
+        except MissingRewardFunction as error:
+            raise ManifestError([ManifestIssue(("environment", "reward_fn_name"), str(error))]) from error
         except (ImportError, AttributeError, FileNotFoundError) as error:
             raise ManifestError([ManifestIssue(("environment", "reward_file_path"), str(error))]) from error
         from agile_llm.data import load_rows
