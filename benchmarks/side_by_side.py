@@ -111,7 +111,7 @@ def benchmark(manifest: Path, args: argparse.Namespace, work: Path) -> dict[str,
     if "reference_wall_s" in row and "agile_wall_s" in row:
         row["ratio"] = row["agile_wall_s"] / row["reference_wall_s"]
     found = [r for r in reached if r is not None]
-    row["agile_steps_to_threshold"] = statistics.median(found) if found else None
+    row["agile_steps_to_threshold"] = int(statistics.median(found)) if found else None
     return row
 
 

@@ -149,3 +149,27 @@ def test_invalid_hyperparameters_are_rejected(model_and_tokenizer) -> None:
         DPO(model, tokenizer=tokenizer, lora_config=LORA, beta=0.0)
     with pytest.raises(BaseModelError, match="tokenizer"):
         SFT(model)
+
+
+def test_a_name_not_in_the_cache_fails_offline_without_trying_the_network(monkeypatch: pytest.MonkeyPatch,
+                                                                          tmp_path) -> None:
+    """Loading runs in the Hub's offline mode (no connection retries) and restores the setting."""
+    import transformers
+    from huggingface_hub import constants
+
+    from agile_llm.models import load_causal_lm
+
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty cache
+    seen = []
+    original = transformers.AutoModelForCausalLM.from_pretrained
+
+    def spy(*args, **kwargs):
+        seen.append(constants.HF_HUB_OFFLINE)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", spy)
+    before = constants.HF_HUB_OFFLINE
+    with pytest.raises(BaseModelError, match="nothing is downloaded at run time"):
+        load_causal_lm("some-org/not-a-cached-model")
+    assert seen == [True]
+    assert constants.HF_HUB_OFFLINE is before

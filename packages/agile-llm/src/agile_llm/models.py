@@ -89,14 +89,19 @@ def load_causal_lm(name_or_path: str | Path, *, dtype: str = "float32", device: 
 @contextlib.contextmanager
 def _quiet_loading() -> Iterator[None]:
     """Without transformers' per-load progress bar (a local load takes a moment; agile has its
-    own progress output)."""
+    own progress output), and in the Hub's offline mode: nothing is downloaded, so a name that is
+    not cached fails at once instead of after half a minute of connection retries."""
+    from huggingface_hub import constants
     from transformers.utils import logging as hf_logging
 
     enabled = hf_logging.is_progress_bar_enabled()
+    offline = constants.HF_HUB_OFFLINE
     hf_logging.disable_progress_bar()
+    constants.HF_HUB_OFFLINE = True
     try:
         yield
     finally:
+        constants.HF_HUB_OFFLINE = offline
         if enabled:
             hf_logging.enable_progress_bar()
 
