@@ -5,7 +5,7 @@ peak memory, runs interleaved so a drifting machine load hits both alike.
         --reference-python /path/to/reference-venv/bin/python --repeats 2 \\
         --set training.max_steps=20000 --set training.evo_steps=5000 --out table.md
 
-Each manifest (with the `--set` overrides applied, written once to a temporary file both sides
+Each manifest (with the `--set` overrides applied and the `--unset` keys removed, written once to a temporary file both sides
 read) trains in a fresh process: ``python -m agile_cli.main train M --quiet`` here and, when
 ``--reference-python`` names an interpreter with the reference installed, ``python -m
 agilerl.train M --device cpu`` there. Within a repeat the order alternates (agile first, then the
@@ -77,6 +77,12 @@ def steps_to_threshold(run_dir: Path, threshold: float | None) -> int | None:
 def benchmark(manifest: Path, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """Every repeat of one manifest on both sides; medians."""
     data = apply_overrides(read_manifest_file(manifest), args.set).data
+    for key in args.unset:  # fields one side does not know (e.g. agile's training.seed)
+        *parents, leaf = key.split(".")
+        section = data
+        for part in parents:
+            section = section.get(part, {})
+        section.pop(leaf, None)
     budget = int(data["training"]["pop_size"]) * int(data["training"]["max_steps"])
     written = work / manifest.name
     written.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -143,6 +149,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2, help="alternated runs per side (default 2)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override applied to every manifest, both sides (repeatable)")
+    parser.add_argument("--unset", action="append", default=[], metavar="KEY",
+                        help="dotted key removed from every manifest, both sides (repeatable)")
     parser.add_argument("--threshold", type=float, default=None, help="fitness whose first reach agile reports")
     parser.add_argument("--out", type=Path, default=None, help="also write the markdown table here")
     args = parser.parse_args()
