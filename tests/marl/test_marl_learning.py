@@ -1,14 +1,22 @@
 """Learning tests: populations of 2 trained from the example manifests through ``LocalTrainer``
-(evolution on: tournament selection with elitism and mutations), compared with a uniformly random
-policy measured in the same test over 500 episodes (single MPE episodes vary a lot).
+(evolution on: tournament selection with elitism and mutations) on the batched numpy MPE
+(``agile_marl.mpe``), compared with a uniformly random policy measured in the same test over 500
+episodes (single MPE episodes vary a lot).
 
 Both MPE tasks give negative returns; "x closer to zero" compares the population's best
-evaluation during the run (each a member's mean over ``eval_loop x num_envs`` = 32 or 16 greedy
-episodes) with the random policy's mean. The thresholds are ones every seed of a 5-seed benchmark met at the manifest's budget
-(``benchmarks/learning.py``; figures in docs/paradigms/multi-agent.md), against this test's random
-estimate (about -71 for speaker-listener, -79 for spread): MATD3's best was 23-62% closer over
-seeds 0-4 (40% in 4 of 5), so it asserts 20%; IPPO's manifest (100k steps per member) took seeds
-0-9 at least 30% closer, and it asserts 20% too.
+evaluation during the run (each a member's mean over ``eval_loop x num_envs`` greedy episodes:
+32 for speaker-listener, 128 for spread) with the random policy's mean (-71.0 for
+speaker-listener, -79.1 for spread with this test's seed). Each bar is one every seed of a 5-seed
+benchmark met at the manifest's budget (``benchmarks/learning.py --seeds 5 --threshold
+<0.6 x random>``; figures in docs/paradigms/multi-agent.md):
+
+- MATD3, 100k steps per member: best -16.2, -35.7, -42.1, -39.5, -30.7 over seeds 0-4 (77, 50,
+  41, 44, 57% closer; 40% in 5 of 5), so it asserts 35%.
+- IPPO, 400k steps per member: best -42.0, -42.7, -43.8, -43.4, -43.4 (47, 46, 45, 45, 45%
+  closer; 40% in 5 of 5), so it asserts 40%.
+
+Training takes about 100 s per test on a 2-core machine (110 s for MATD3, 96 s for IPPO with the
+other core busy).
 """
 
 from __future__ import annotations
@@ -48,7 +56,7 @@ def test_matd3_population_learns_speaker_listener() -> None:
     best, random, elapsed = _best_vs_random("matd3_speaker_listener.yaml")
     print(f"MATD3 speaker-listener: best {best:.1f}, random {random:.1f}, {elapsed:.0f} s")
     assert random < 0
-    assert best >= 0.8 * random
+    assert best >= 0.65 * random  # at least 35% closer to zero than random
 
 
 @pytest.mark.learning
@@ -56,4 +64,4 @@ def test_ippo_population_learns_spread() -> None:
     best, random, elapsed = _best_vs_random("ippo_spread.yaml")
     print(f"IPPO spread: best {best:.1f}, random {random:.1f}, {elapsed:.0f} s")
     assert random < 0
-    assert best >= 0.8 * random
+    assert best >= 0.6 * random  # at least 40% closer to zero than random
