@@ -9,7 +9,6 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
-from torch.nn.utils import skip_init
 
 from agile_core.networks.activations import check_activation, make_activation
 from agile_core.networks.base import EvolvableModule, MutationError, mutation, torch_generator
@@ -23,6 +22,7 @@ from agile_core.networks.resize import (
     overlap,
     remap,
     resize_linear,
+    uninitialised,
 )
 from agile_core.networks.sampling import CHANNEL_CHOICES, resolve_count, resolve_index
 from agile_core.specs.network import CnnConfig
@@ -41,7 +41,7 @@ def remap_flat_features(layer: nn.Linear, old: Shape3, new: Shape3, channel_map:
     weight = remap(weight, 1, channels)
     weight = remap(weight, 2, overlap(old[1], new[1]))
     weight = remap(weight, 3, overlap(old[2], new[2]))
-    resized = skip_init(nn.Linear, math.prod(new), layer.out_features, bias=layer.bias is not None,
+    resized = uninitialised(nn.Linear, math.prod(new), layer.out_features, bias=layer.bias is not None,
                         device=layer.weight.device, dtype=layer.weight.dtype)
     with torch.no_grad():
         resized.weight.copy_(weight.reshape(layer.out_features, -1))

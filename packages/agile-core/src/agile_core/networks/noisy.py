@@ -10,9 +10,8 @@ from contextvars import ContextVar
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.utils import skip_init
 
-from agile_core.networks.resize import IndexMap, new_units, remap, uniform
+from agile_core.networks.resize import IndexMap, new_units, remap, uniform, uninitialised
 
 _MEAN_WEIGHTS: ContextVar[bool] = ContextVar("agile_noisy_mean_weights", default=False)
 
@@ -120,9 +119,9 @@ class NoisyLinear(nn.Module):
         """A copy resized by index maps: new inputs get zero mean and zero sigma (no contribution),
         new outputs default initial values; the surviving noise factors are kept."""
         like = self.weight_mu
-        new = skip_init(NoisyLinear, len(in_map), len(out_map), self.std_init, device=like.device, dtype=like.dtype)
+        new = uninitialised(NoisyLinear, len(in_map), len(out_map), self.std_init, device=like.device, dtype=like.dtype)
         new.train(self.training)
-        fresh = skip_init(NoisyLinear, len(in_map), len(out_map), self.std_init, device=like.device, dtype=like.dtype)
+        fresh = uninitialised(NoisyLinear, len(in_map), len(out_map), self.std_init, device=like.device, dtype=like.dtype)
         if new_units(in_map) or new_units(out_map):
             fresh.reset_parameters(generator)
             fresh.reset_noise(generator)
