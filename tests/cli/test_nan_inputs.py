@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from agile_cli.main import main
 
 NAN_ENV = '''
@@ -34,9 +36,10 @@ network: {latent_dim: 16, encoder_config: {hidden_size: [16]}, head_config: {hid
 
 
 def test_nan_rewards_leave_a_strict_json_summary(tmp_path: Path) -> None:
+    """No learning (the warm-up outlasts the budget): the weights stay finite, the fitness is NaN."""
     (tmp_path / "nan_env.py").write_text(NAN_ENV)
     manifest = tmp_path / "nan.yaml"
-    manifest.write_text(MANIFEST)
+    manifest.write_text(MANIFEST.replace("learning_delay: 64", "learning_delay: 1000"))
     run_dir = tmp_path / "run"
     assert main(["train", str(manifest), "--quiet", "--run-dir", str(run_dir)]) == 0
     text = (run_dir / "summary.json").read_text()
@@ -44,3 +47,14 @@ def test_nan_rewards_leave_a_strict_json_summary(tmp_path: Path) -> None:
     summary = json.loads(text)
     assert [agent["fitness"] for agent in summary["agents"]] == [None, None]
     assert summary["target_reached"] is False
+
+
+def test_learning_from_nan_rewards_fails_as_diverged_naming_the_environment(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "nan_env.py").write_text(NAN_ENV)
+    manifest = tmp_path / "nan.yaml"
+    manifest.write_text(MANIFEST)
+    assert main(["train", str(manifest), "--quiet", "--run-dir", str(tmp_path / "run")]) == 1
+    err = capsys.readouterr().err
+    assert "TrainingDiverged: every member's weights became NaN or infinite" in err
+    assert "check the environment's rewards and observations for NaN" in err and "Traceback" not in err

@@ -63,8 +63,9 @@ class DivergenceWatch:
         if all(diverged):
             raise TrainingDiverged(
                 f"every member's weights became NaN or infinite by step {step:,} "
-                f"({'; '.join(_describe(agent) for agent in population)}): lower the learning rate "
-                "or its mutation range (mutation.rl_hp_selection), or clip gradients (algorithm.max_grad_norm)")
+                f"({'; '.join(_describe(agent) for agent in population)}): check the environment's rewards and "
+                "observations for NaN, or lower the learning rate or its mutation range (mutation.rl_hp_selection), "
+                "or clip gradients (algorithm.max_grad_norm)")
         marked = list(fitnesses)
         for slot, agent in enumerate(population):
             if not diverged[slot]:
