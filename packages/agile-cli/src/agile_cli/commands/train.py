@@ -205,6 +205,9 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"agile train: cannot use run directory {run_dir}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_USAGE
+    finally:
+        if accelerator is not None:  # close the process group: left to interpreter exit, gloo can abort a rank
+            accelerator.end_training()
 
 
 def _train(args: argparse.Namespace, manifest: Any, backend: dict[str, Any], run_dir: Path, main: bool) -> int:
