@@ -36,6 +36,19 @@ class MPEConfig:
             raise ValueError(f"max_cycles must be an int, got {self.max_cycles!r}")
 
 
+@dataclass(frozen=True)
+class NeighborsConfig(MPEConfig):
+    """The options of the scenarios with mpe2's nearest-neighbour partial observability."""
+
+    num_agent_neighbors: int | None = None
+    num_landmark_neighbors: int | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_neighbors(self.num_agent_neighbors, "num_agent_neighbors")
+        check_neighbors(self.num_landmark_neighbors, "num_landmark_neighbors")
+
+
 def check_ratio(value: float, option: str = "local_ratio") -> None:
     """Raise ValueError unless ``0 <= value <= 1`` (mpe2 asserts the same)."""
     if not 0.0 <= value <= 1.0:

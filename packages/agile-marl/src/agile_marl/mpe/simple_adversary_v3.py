@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from agile_marl.mpe.config import MPEConfig, check_neighbors
+from agile_marl.mpe.config import NeighborsConfig
 from agile_marl.mpe.core import AgentKind, BatchedWorld, LandmarkKind, WorldLayout, length
 from agile_marl.mpe.creators import creators
 from agile_marl.mpe.observe import nearest, others, relative, repeat
@@ -22,15 +22,8 @@ from agile_marl.mpe.scenario import Scenario, goal_positions
 
 
 @dataclass(frozen=True)
-class AdversaryConfig(MPEConfig):
+class AdversaryConfig(NeighborsConfig):
     N: int = 2
-    num_agent_neighbors: int | None = None
-    num_landmark_neighbors: int | None = None
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_neighbors(self.num_agent_neighbors, "num_agent_neighbors")
-        check_neighbors(self.num_landmark_neighbors, "num_landmark_neighbors")
 
 
 class Adversary(Scenario[AdversaryConfig]):

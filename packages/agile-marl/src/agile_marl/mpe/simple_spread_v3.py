@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agile_marl.mpe.config import MPEConfig, check_neighbors, check_no_curriculum, check_ratio
+from agile_marl.mpe.config import NeighborsConfig, check_no_curriculum, check_ratio
 from agile_marl.mpe.core import AgentKind, BatchedWorld, LandmarkKind, WorldLayout
 from agile_marl.mpe.creators import creators
 from agile_marl.mpe.observe import distances, gather, nearest, others, relative, repeat, touching
@@ -21,20 +21,16 @@ CAPTURE_RADIUS = 0.1
 
 
 @dataclass(frozen=True)
-class SpreadConfig(MPEConfig):
+class SpreadConfig(NeighborsConfig):
     N: int = 3
     local_ratio: float = 0.5
     curriculum: bool = False
     terminate_on_success: bool = False
-    num_agent_neighbors: int | None = None
-    num_landmark_neighbors: int | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_ratio(self.local_ratio)
         check_no_curriculum(self.curriculum)
-        check_neighbors(self.num_agent_neighbors, "num_agent_neighbors")
-        check_neighbors(self.num_landmark_neighbors, "num_landmark_neighbors")
 
 
 class Spread(Scenario[SpreadConfig]):

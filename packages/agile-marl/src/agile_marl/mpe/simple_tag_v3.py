@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agile_marl.mpe.config import MPEConfig, check_neighbors, check_no_curriculum
+from agile_marl.mpe.config import NeighborsConfig, check_no_curriculum
 from agile_marl.mpe.core import AgentKind, BatchedWorld, LandmarkKind, WorldLayout
 from agile_marl.mpe.creators import creators
 from agile_marl.mpe.observe import gather, nearest, others, relative, repeat, touching
@@ -21,20 +21,16 @@ from agile_marl.mpe.scenario import Scenario
 
 
 @dataclass(frozen=True)
-class TagConfig(MPEConfig):
+class TagConfig(NeighborsConfig):
     num_good: int = 1
     num_adversaries: int = 3
     num_obstacles: int = 2
     curriculum: bool = False
     terminate_on_success: bool = False
-    num_agent_neighbors: int | None = None
-    num_landmark_neighbors: int | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_no_curriculum(self.curriculum)
-        check_neighbors(self.num_agent_neighbors, "num_agent_neighbors")
-        check_neighbors(self.num_landmark_neighbors, "num_landmark_neighbors")
 
 
 def boundary_penalty(x: np.ndarray) -> np.ndarray:
