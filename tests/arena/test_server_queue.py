@@ -28,7 +28,11 @@ def test_one_slot_runs_jobs_one_at_a_time_and_logs_stream_with_offsets(arena_ser
 
     stopped = http.post(f"/v1/experiments/{third}/stop").json()  # stopping a queued job: it never runs
     assert stopped["status"] == "stopped" and stopped["started_at"] is None
-    assert http.post(f"/v1/experiments/{third}/resume").status_code == 409  # no checkpoint to resume from
+    resumed = http.post(f"/v1/experiments/{third}/resume").json()  # it never started: queued again, from scratch
+    assert resumed["status"] == "queued" and resumed["started_at"] is None, resumed
+    assert http.post(f"/v1/experiments/{third}/stop").json()["status"] == "stopped"  # still behind the others
+    refused = http.delete(f"/v1/experiments/{first}")  # running: stop it first
+    assert refused.status_code == 409 and f"agile arena stop {first}" in refused.json()["message"]
 
     # follow the first job's log to its end, checking on the way that the second waits for it
     statuses, lines, offsets = [], [], []
@@ -66,4 +70,8 @@ def test_one_slot_runs_jobs_one_at_a_time_and_logs_stream_with_offsets(arena_ser
         assert summary["total_steps"] == MAX_STEPS * 2
     assert http.get(f"/v1/experiments/{third}").json()["status"] == "stopped"
     assert not (arena_server.data_dir / "jobs" / third / "run").exists()
+    assert http.delete(f"/v1/experiments/{third}").json() == {"id": third, "deleted": True}
+    assert not (arena_server.data_dir / "jobs" / third).exists()
+    assert http.get(f"/v1/experiments/{third}").status_code == 404
+    assert [job["id"] for job in http.get("/v1/experiments").json()] == [second, first]
     http.close()

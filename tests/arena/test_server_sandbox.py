@@ -14,7 +14,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.arena.conftest import SANDBOX, ArenaServer, launch_arena_server, tiny_ppo_manifest, wait_for
+from tests.arena.conftest import (
+    SANDBOX,
+    ArenaServer,
+    launch_arena_server,
+    tiny_ppo_manifest,
+    wait_for,
+)
 
 pytestmark = pytest.mark.skipif(not SANDBOX and not os.environ.get("AGILE_REQUIRE_SANDBOX"),
                                 reason="needs bubblewrap (apt-get install bubblewrap)")

@@ -152,7 +152,7 @@ def test_recovery_marks_running_jobs_interrupted_and_keeps_finished_ones(tmp_pat
     jobs = {job_id: store.get(job_id) for job_id in ("a" * 16, "b" * 16, "c" * 16, "d" * 16)}
     assert {k: v.status for k, v in jobs.items() if v} == {"a" * 16: "interrupted", "b" * 16: "completed",
                                                          "c" * 16: "interrupted", "d" * 16: "queued"}
-    assert "no checkpoint" in (jobs["a" * 16].error or "") and "POST resume" in (jobs["c" * 16].error or "")
+    assert "no checkpoint" in (jobs["a" * 16].error or "") and f"agile arena resume {'c' * 16}" in (jobs["c" * 16].error or "")
     runner = Runner(store, tmp_path, slots=1)
     runner.resume("c" * 16)
     assert store.get("c" * 16).status == "queued" and store.get("c" * 16).resume  # type: ignore[union-attr]

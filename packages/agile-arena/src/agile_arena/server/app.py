@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import secrets
@@ -25,7 +26,8 @@ from agile_arena.server.auth import bearer_token, hash_key
 from agile_arena.server.errors import ApiError
 from agile_arena.server.limits import BodyLimit
 from agile_arena.server.paths import UnsafePath, resolve_inside
-from agile_arena.server.runner import ResumeRefused, Runner
+from agile_arena.server.progress import ProgressReader
+from agile_arena.server.runner import DeleteRefused, ResumeRefused, Runner
 from agile_arena.server.sandbox import Sandbox
 from agile_arena.server.store import Job, Store
 from agile_arena.server.validation import InvalidManifest, validate_manifest_text
@@ -34,6 +36,10 @@ RESOURCE_ID = "local"
 _JOB_ID = re.compile(r"[0-9a-f]{16}")
 _TEXT_FIELDS = {"filename": 255, "experiment_name": 200, "project": 200, "resource_id": 100}
 MAX_PATH_CHARS = 4096
+MIN_PREFIX = 3
+"""Characters of an id or name an experiment can be named by (`agile arena status 3f2a`)."""
+MAX_REFERENCE_CHARS = 200
+logger = logging.getLogger("uvicorn.error")
 
 
 def version() -> str:
@@ -54,6 +60,7 @@ def create_app(data_dir: Path, slots: int = 1, max_request_bytes: int = 1_048_57
     data_dir = data_dir.resolve()
     store = Store(data_dir)
     runner = Runner(store, data_dir, slots, device=device, stop_grace=stop_grace, sandbox=sandbox)
+    progress = ProgressReader()
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -72,12 +79,11 @@ def create_app(data_dir: Path, slots: int = 1, max_request_bytes: int = 1_048_57
         return key_id
 
     def own_job(request: Request) -> Job:
-        key_id = owner(request)
-        job_id = request.path_params["job_id"]
-        job = store.get(job_id, key_id) if _JOB_ID.fullmatch(job_id) else None
-        if job is None:
-            raise ApiError("not_found", f"no experiment {job_id!r}")
-        return job
+        return find_job(store, owner(request), request.path_params["job_id"])
+
+    def experiment(job: Job) -> dict[str, Any]:
+        """The Experiment object, with the progress its run directory shows."""
+        return job.public(progress.read(job.id, runner.job_dir(job.id)))
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "version": version()})
@@ -106,10 +112,26 @@ def create_app(data_dir: Path, slots: int = 1, max_request_bytes: int = 1_048_57
         return JSONResponse(job.public(), status_code=201)
 
     async def list_jobs(request: Request) -> Response:
-        return JSONResponse([job.public() for job in store.list_for_key(owner(request))])
+        jobs = store.list_for_key(owner(request))
+        return JSONResponse(await to_thread.run_sync(lambda: [experiment(job) for job in jobs]))
 
     async def get_job(request: Request) -> Response:
-        return JSONResponse(own_job(request).public())
+        job = own_job(request)
+        return JSONResponse(await to_thread.run_sync(experiment, job))
+
+    async def delete_job(request: Request) -> Response:
+        job = own_job(request)
+        try:
+            trash = runner.delete(job.id)
+        except DeleteRefused as exc:
+            raise ApiError("conflict", str(exc)) from None
+        progress.forget(job.id)
+        if trash is not None:
+            try:
+                await to_thread.run_sync(files.remove_tree, trash)
+            except (OSError, RecursionError) as exc:  # gone for the API; removed again at the next start
+                logger.warning("arena: cannot remove the folder of deleted job %s yet: %s", job.id, exc)
+        return JSONResponse({"id": job.id, "deleted": True})
 
     async def job_logs(request: Request) -> Response:
         job = own_job(request)
@@ -124,13 +146,14 @@ def create_app(data_dir: Path, slots: int = 1, max_request_bytes: int = 1_048_57
             current = store.get(job.id)
             return None if current is None else current.status
 
-        stream = logs.stream_log(path, offset, follow, status, lambda: runner.closing)
+        stream = logs.stream_log(path, offset, follow, status, lambda: runner.closing,
+                                 logs.job_replacements(runner.job_dir(job.id), data_dir))
         return StreamingResponse(stream, media_type="application/x-ndjson")
 
     async def stop(request: Request) -> Response:
         job = own_job(request)
         await runner.stop(job.id)
-        return JSONResponse(_fresh(store, job).public())
+        return JSONResponse(experiment(_fresh(store, job)))
 
     async def resume(request: Request) -> Response:
         job = own_job(request)
@@ -138,7 +161,9 @@ def create_app(data_dir: Path, slots: int = 1, max_request_bytes: int = 1_048_57
             runner.resume(job.id)
         except ResumeRefused as exc:
             raise ApiError("conflict", str(exc)) from None
-        return JSONResponse(_fresh(store, job).public())
+        if not job.started:
+            progress.forget(job.id)
+        return JSONResponse(experiment(_fresh(store, job)))
 
     async def checkpoints(request: Request) -> Response:
         job = own_job(request)
@@ -204,6 +229,7 @@ def create_app(data_dir: Path, slots: int = 1, max_request_bytes: int = 1_048_57
         Route("/v1/experiments", submit, methods=["POST"]),
         Route("/v1/experiments", list_jobs, methods=["GET"]),
         Route(job_route, get_job, methods=["GET"]),
+        Route(job_route, delete_job, methods=["DELETE"]),
         Route(f"{job_route}/logs", job_logs, methods=["GET"]),
         Route(f"{job_route}/stop", stop, methods=["POST"]),
         Route(f"{job_route}/resume", resume, methods=["POST"]),
@@ -265,6 +291,34 @@ def display_safe(text: str) -> str:
 
 def _fresh(store: Store, job: Job) -> Job:
     return store.get(job.id) or job
+
+
+def find_job(store: Store, key_id: int, reference: str) -> Job:
+    """The key's experiment that `reference` names: its id; else its name, or the start of exactly one
+    id or name (at least MIN_PREFIX characters). Several matches: 400 listing them; none: 404."""
+    if _JOB_ID.fullmatch(reference):
+        job = store.get(reference, key_id)
+        if job is not None:
+            return job
+    missing = ApiError("not_found", f"no experiment {display_safe(reference[:200])!r}")
+    try:
+        reference.encode("utf-8")
+    except UnicodeEncodeError:
+        raise missing from None
+    if not reference or len(reference) > MAX_REFERENCE_CHARS:
+        raise missing
+    candidates = store.matching(reference, key_id)
+    exact = [job for job in candidates if reference in (job.id, job.name)]
+    found = exact or (candidates if len(reference) >= MIN_PREFIX else [])
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise missing
+    listed = "; ".join(f"{job.id}" + (f" {job.name!r}" if job.name else "") + f" ({job.status}, {job.created_at[:19]})"
+                       for job in found[:10])
+    more = f"; and {len(found) - 10} more" if len(found) > 10 else ""
+    raise ApiError("bad_request", f"{display_safe(reference[:200])!r} matches {len(found)} experiments: {listed}{more}; "
+                                  "give the id (or more of it)")
 
 
 def _int_param(request: Request, name: str, default: int) -> int:

@@ -27,6 +27,25 @@ def folder_bytes(path: Path) -> int:
     return total
 
 
+def remove_tree(path: Path) -> None:
+    """Delete a folder a job wrote: links are removed, never followed, and folders the job made
+    read-only are made writable first. A folder that is already gone is fine."""
+    import shutil
+
+    if not os.path.lexists(path):
+        return
+    folders = [str(path)]
+    while folders:  # no recursion: a job may nest folders deeper than Python's stack
+        folder = folders.pop()
+        try:
+            os.chmod(folder, 0o700)
+            with os.scandir(folder) as entries:
+                folders.extend(entry.path for entry in entries if entry.is_dir(follow_symlinks=False))
+        except OSError:
+            continue
+    shutil.rmtree(path)
+
+
 def _modified(path: Path) -> str:
     return datetime.fromtimestamp(path.stat().st_mtime, UTC).isoformat(timespec="seconds")
 

@@ -10,12 +10,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import secrets
 import signal
 import subprocess
 import time
 from pathlib import Path
 
-from agile_arena.server import procs
+from agile_arena.server import files, procs
+from agile_arena.server.logs import hide_paths, job_replacements
 from agile_arena.server.sandbox import Sandbox, folder_over_quota
 from agile_arena.server.store import TERMINAL, Job, Store, now_iso
 from agile_arena.server.worker import EXIT_INTERRUPTED, EXIT_INVALID
@@ -28,6 +31,20 @@ RESUMABLE = frozenset({"stopped", "interrupted", "failed"})
 
 class ResumeRefused(ValueError):
     """The job cannot be resumed (its status, or no checkpoint)."""
+
+
+class DeleteRefused(ValueError):
+    """The job is queued or running: stop it first."""
+
+
+TRASH_PREFIX = ".deleted-"
+"""Job folders being deleted are renamed `jobs/.deleted-<id>-<random>` first (gone at once for the
+API; removed in the background, or at the next start should the server die meanwhile)."""
+
+
+def resume_hint(job_id: str) -> str:
+    """What a client user runs to continue a job."""
+    return f"`agile arena resume {job_id}` continues it from its last checkpoint"
 
 
 def has_checkpoint(run_dir: Path) -> bool:
@@ -73,6 +90,7 @@ class Runner:
     async def start(self) -> None:
         """Recover from the previous server, then start the scheduling loop."""
         self.recover()
+        self.remove_trash()
         self._wake = asyncio.Event()
         self._task = asyncio.create_task(self._loop(), name="arena-runner")
 
@@ -81,9 +99,7 @@ class Runner:
         their workers and mark them `interrupted` (resumable when a checkpoint exists)."""
         for job in self.store.with_status("running"):
             killed = procs.kill_orphans(job.id)
-            resumable = has_checkpoint(self.job_dir(job.id) / "run")
-            reason = "the server stopped while the job ran; " + (
-                "POST resume to continue from its last checkpoint" if resumable else "no checkpoint was saved")
+            reason = "the server stopped while the job ran; " + self._how_to_continue(job.id)
             self.store.mark_finished(job.id, "interrupted", None, reason)
             self._note(job.id, f"interrupted: {reason}" + (f" ({killed} leftover processes killed)" if killed else ""))
 
@@ -139,7 +155,7 @@ class Runner:
         try:
             worker = procs.start_worker(job.id, job_dir, job.resume, self.device, self.sandbox, slot)
         except OSError as exc:
-            self.store.mark_finished(job.id, "failed", None, f"cannot start the worker: {exc.strerror or exc}")
+            self.store.mark_finished(job.id, "failed", None, f"the server could not start the job: {exc.strerror or exc}")
             return
         self._workers[job.id] = worker
         self._slot_of[job.id] = slot
@@ -193,14 +209,14 @@ class Runner:
         if code == 0:
             return "completed", None
         if self.closing:
-            return "interrupted", "the server shut down while the job ran; POST resume to continue"
+            return "interrupted", "the server shut down while the job ran; " + self._how_to_continue(job_id)
         if code == EXIT_INVALID:
             return "failed", "invalid manifest or checkpoint: " + self._last_log_line(job_id)
         if code == EXIT_INTERRUPTED:
-            return "failed", "the worker was interrupted: " + self._last_log_line(job_id)
+            return "failed", "the job was interrupted: " + self._last_log_line(job_id)
         if code < 0 or code > 128:
             return "failed", self._killed_by(-code if code < 0 else code - 128)
-        return "failed", self._last_log_line(job_id) or f"the worker exited with code {code}"
+        return "failed", self._last_log_line(job_id) or f"the job exited with code {code}"
 
     # ------------------------------------------------------------------ requests
     async def stop(self, job_id: str) -> None:
@@ -219,7 +235,7 @@ class Runner:
             self._stopping.add(job_id)
             self._kill_at[job_id] = time.monotonic() + self.stop_grace
             self._hurry_at[job_id] = time.monotonic() + self.stop_grace / 2
-            self._note(job_id, "stop requested: SIGTERM sent")
+            self._note(job_id, "stop requested: the job saves a checkpoint and stops")
             self._signal(job_id, worker, signal.SIGTERM)
         while job_id in self._workers:
             await asyncio.sleep(POLL_SECONDS / 2)
@@ -227,17 +243,58 @@ class Runner:
         self.wake()
 
     def resume(self, job_id: str) -> None:
-        """Queue a stopped, interrupted or failed job again, to continue from its last checkpoint."""
+        """Queue a stopped, interrupted or failed job again, to continue from its last checkpoint; a job
+        that never started (stopped while queued) starts from the beginning."""
         job = self.store.get(job_id)
         if job is None:
             raise ResumeRefused("no such job")
         if job.status not in RESUMABLE:
-            raise ResumeRefused(f"only stopped, interrupted or failed jobs can be resumed; this one is {job.status}")
-        if not has_checkpoint(self.job_dir(job_id) / "run"):
-            raise ResumeRefused("the job has no checkpoint to resume from")
-        self.store.requeue(job_id, resume=True)
-        self._note(job_id, "resume requested: queued")
+            raise ResumeRefused(f"only stopped, interrupted or failed experiments can be resumed; "
+                                f"{job_id} is {job.status}")
+        if has_checkpoint(self.job_dir(job_id) / "run"):
+            self.store.requeue(job_id, resume=True)
+            self._note(job_id, "resume requested: queued, to continue from the last checkpoint")
+        elif not job.started:
+            self.store.requeue(job_id, resume=False)
+            self._note(job_id, "resume requested: queued (it never started, so it starts from the beginning)")
+        else:
+            raise ResumeRefused(f"{job_id} saved no checkpoint to resume from; submit its manifest again "
+                                "to start over")
         self.wake()
+
+    def delete(self, job_id: str) -> Path | None:
+        """Forget a finished job: its row goes, and its folder is renamed out of the way at once; returns
+        the renamed folder for the caller to remove (`files.remove_tree`), None when there was none."""
+        job = self.store.get(job_id)
+        if job is None:
+            raise DeleteRefused("no such job")
+        if job.status not in TERMINAL or job_id in self._workers:
+            raise DeleteRefused(f"{job_id} is {job.status}; stop it first (`agile arena stop {job_id}`), "
+                                "then delete it")
+        self.store.delete(job_id)
+        trash = self.jobs_dir / f"{TRASH_PREFIX}{job_id}-{secrets.token_hex(4)}"
+        try:
+            os.rename(self.job_dir(job_id), trash)
+        except FileNotFoundError:
+            return None
+        return trash
+
+    def remove_trash(self) -> None:
+        """Remove job folders whose deletion a previous server did not finish."""
+        try:
+            leftovers = [entry for entry in self.jobs_dir.iterdir() if entry.name.startswith(TRASH_PREFIX)]
+        except OSError:
+            return
+        for folder in leftovers:
+            try:
+                files.remove_tree(folder)
+            except (OSError, RecursionError) as exc:
+                logger.warning("arena: cannot remove the deleted job folder %s: %s", folder.name, exc)
+
+    def _how_to_continue(self, job_id: str) -> str:
+        if has_checkpoint(self.job_dir(job_id) / "run"):
+            return resume_hint(job_id)
+        return "no checkpoint was saved; submit its manifest again to start over"
 
     def counts(self) -> tuple[int, int]:
         """(running, queued) jobs."""
@@ -254,7 +311,7 @@ class Runner:
             name = signal.Signals(signum).name
         except ValueError:
             name = str(signum)
-        return f"the worker was killed by signal {signum} ({name})"
+        return f"the job was killed by signal {signum} ({name})"
 
     # ------------------------------------------------------------------ the job log
     def _note(self, job_id: str, text: str) -> None:
@@ -274,4 +331,6 @@ class Runner:
             return ""
         lines = [line.strip() for line in tail.replace("\r", "\n").splitlines()]
         lines = [line for line in lines if line and not line.startswith("[arena ")]
-        return lines[-1][:300] if lines else ""
+        if not lines:
+            return ""
+        return hide_paths(lines[-1], job_replacements(self.job_dir(job_id), self.jobs_dir.parent))[:300]

@@ -90,9 +90,14 @@ class Job:
     resume: bool
     attempts: int
 
-    def public(self) -> dict[str, Any]:
-        """The Experiment object of the HTTP API."""
-        return {field: getattr(self, field) for field in PUBLIC_FIELDS}
+    def public(self, progress: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The Experiment object of the HTTP API (`progress`: what the run directory shows so far)."""
+        return {**{field: getattr(self, field) for field in PUBLIC_FIELDS}, "progress": progress}
+
+    @property
+    def started(self) -> bool:
+        """Whether a worker was ever started for it."""
+        return self.attempts > 0 or self.started_at is not None
 
 
 class Store:
@@ -173,6 +178,15 @@ class Store:
             row = self._db.execute(query, args).fetchone()
         return None if row is None else _job(row)
 
+    def matching(self, reference: str, key_id: int) -> list[Job]:
+        """A key's jobs whose id or name is `reference` or starts with it, newest first."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT * FROM jobs WHERE key_id = ? AND (substr(id, 1, ?) = ? OR substr(name, 1, ?) = ?) "
+                "ORDER BY created_at DESC, rowid DESC",
+                (key_id, len(reference), reference, len(reference), reference)).fetchall()
+        return [_job(row) for row in rows]
+
     def list_for_key(self, key_id: int) -> list[Job]:
         """A key's jobs, newest first."""
         with self._lock:
@@ -205,6 +219,11 @@ class Store:
         with self._transaction() as db:
             db.execute("UPDATE jobs SET status = ?, exit_code = ?, error = ?, finished_at = ?, pid = NULL "
                        "WHERE id = ?", (status, exit_code, error, now_iso(), job_id))
+
+    def delete(self, job_id: str) -> bool:
+        """Remove a job's row; whether there was one."""
+        with self._transaction() as db:
+            return db.execute("DELETE FROM jobs WHERE id = ?", (job_id,)).rowcount > 0
 
     def requeue(self, job_id: str, resume: bool) -> None:
         """Queue a finished job again (at the end of the queue)."""

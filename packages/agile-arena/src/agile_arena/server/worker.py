@@ -18,6 +18,8 @@ Exit codes: 0 done, 1 training failure, 2 invalid manifest or checkpoint, 130 in
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import signal
@@ -62,17 +64,30 @@ def _watch_parent(parent: int) -> None:
     os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
+STOP_MESSAGES = (
+    "agile arena worker: stop requested: finishing the current training phase, then saving a checkpoint",
+    "agile arena worker: stopping sooner: saving a checkpoint at the next step (the interrupted episode "
+    "restarts on resume)",
+)
+"""What the log says at the server's first and second SIGTERM (the training loop's own messages speak
+of Ctrl-C, which means nothing to the client's user)."""
+
+
 def sigterm_as_interrupt() -> None:
     """Route SIGTERM to whatever handles SIGINT now (the training loop's interrupt guard, which saves a
-    checkpoint and stops at the next safe point; before training starts, KeyboardInterrupt)."""
+    checkpoint and stops at the next safe point; before training starts, KeyboardInterrupt), with the
+    loop's Ctrl-C messages replaced by STOP_MESSAGES."""
+    received = 0
 
     def forward(signum: int, frame: Any) -> None:
-        sys.stderr.write("\nagile arena worker: stop requested (SIGTERM)\n")
+        nonlocal received
+        received += 1
+        sys.stderr.write(f"\n{STOP_MESSAGES[min(received, len(STOP_MESSAGES)) - 1]}\n")
         handler = signal.getsignal(signal.SIGINT)
-        if callable(handler):
-            handler(signal.SIGINT, frame)
-        else:
+        if not callable(handler):
             raise KeyboardInterrupt
+        with contextlib.redirect_stderr(io.StringIO()):  # the guard's "Ctrl-C: ..." line
+            handler(signal.SIGINT, frame)
 
     signal.signal(signal.SIGTERM, forward)
 
@@ -119,8 +134,9 @@ def run(job_dir: Path, resume: bool, device: str) -> int:
         print(f"agile arena worker: {exc}", file=sys.stderr)
         return EXIT_INVALID
     except TrainingInterrupted as exc:
-        print(f"agile arena worker: interrupted at step {exc.step}; checkpoint: {exc.checkpoint_path}",
-              file=sys.stderr)
+        saved = f"checkpoint {_relative(exc.checkpoint_path, run_dir)} saved" if exc.checkpoint_path else \
+            "no checkpoint saved"
+        print(f"agile arena worker: stopped at step {exc.step}; {saved}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except KeyboardInterrupt:
         print("agile arena worker: interrupted before a checkpoint could be saved", file=sys.stderr)
@@ -137,6 +153,14 @@ def run(job_dir: Path, resume: bool, device: str) -> int:
     print(f"agile arena worker: done, {summary['total_steps']} steps, best fitness {max(fitnesses):.2f} "
           f"(agent {summary['elite_id']})", flush=True)
     return EXIT_OK
+
+
+def _relative(path: Path | str, run_dir: Path) -> str:
+    """`path` relative to the run directory, as `agile arena download` names it (never a server path)."""
+    try:
+        return Path(path).resolve().relative_to(run_dir.resolve()).as_posix()
+    except (ValueError, OSError):
+        return Path(path).name
 
 
 def _write_atomically(path: Path, text: str) -> None:
