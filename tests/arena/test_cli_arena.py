@@ -231,9 +231,15 @@ def test_serve_checks_its_arguments(capsys):
     assert code == 2 and "--slots" in err
 
 
-def test_num_nodes_above_one_is_refused(fake, capsys):
-    code, _, err = run(capsys, "submit", str(PPO), "--num-nodes", "2")
-    assert code == 2 and "one node" in err and fake.requests == []
+def test_num_nodes_above_one_is_sent_with_a_warning_and_below_one_refused(fake, capsys):
+    fake.on("POST", "/v1/experiments", httpx.Response(201, json=EXPERIMENT))
+    code, out, err = run(capsys, "submit", str(PPO), "--num-nodes", "2")
+    assert code == 0 and "exp1" in out and len(fake.calls("POST", "/v1/experiments")) == 1
+    assert [line for line in err.splitlines() if "warning" in line] == [
+        "agile arena: warning: --num-nodes 2: this Arena server trains each experiment on one node; "
+        "the job runs on one node"]
+    code, _, err = run(capsys, "submit", str(PPO), "--num-nodes", "0")
+    assert code == 2 and "--num-nodes" in err and len(fake.calls("POST", "/v1/experiments")) == 1
 
 
 def test_missing_manifest_file(fake, capsys):

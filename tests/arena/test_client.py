@@ -459,11 +459,11 @@ def test_without_follow_the_log_ends_at_its_current_end():
     assert len(fake.requests) == 1
 
 
-def test_following_gives_up_after_repeated_drops_without_progress():
+def test_reading_without_follow_gives_up_after_repeated_drops_without_progress():
     fake = FakeArena().on("GET", "/v1/experiments/exp1/logs", ndjson({"type": "status", "status": "running"}, drop=True))
     client, _ = fake.client(retries=2)
     with pytest.raises(ArenaConnectionError, match="lost the log stream"):
-        list(client.logs("exp1", follow=True))
+        list(client.logs("exp1"))
     assert len(fake.requests) == 3
 
 

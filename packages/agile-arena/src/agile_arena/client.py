@@ -49,6 +49,11 @@ _RETRYABLE = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolEr
 _TAR_TYPES = ("application/x-tar", "application/tar")
 
 
+def one_node_warning(asked: str) -> str:
+    """The warning for more than one node: this server trains each job on one."""
+    return f"{asked}: this Arena server trains each experiment on one node; the job runs on one node"
+
+
 class _Retry(Exception):
     """A 5xx response: retried for GET, raised as its ArenaServerError otherwise."""
 
@@ -69,18 +74,24 @@ class ArenaClient:
         backoff: the first pause between attempts, doubled each time up to `max_backoff`.
         stream_read_timeout: seconds a followed log stream may stay silent before the client
             reconnects (it resumes at the last offset, so nothing is lost or repeated).
+        reconnect_window: seconds a followed log keeps reconnecting after it lost the server (a
+            restart, a dropped tunnel), with pauses growing from `backoff` to `max_backoff`;
+            ArenaConnectionError only when no event came for that long.
         stop_timeout: seconds to wait for `stop` (the server answers when the worker has exited).
         transport: an httpx transport (tests pass `httpx.MockTransport`).
         credentials_file: read this credentials file instead of the default location.
+        sleep, clock: how to pause and read the time (tests pass fakes).
     """
 
     def __init__(self, api_key: str | None = None, url: str | None = None, *, timeout: float = 30.0,
                  retries: int = 3, backoff: float = 0.5, max_backoff: float = 8.0,
                  stream_read_timeout: float = 60.0, stop_timeout: float = 120.0, transport: httpx.BaseTransport | None = None,
-                 credentials_file: str | Path | None = None, sleep: Callable[[float], None] = time.sleep) -> None:
-        if retries < 0 or backoff < 0 or timeout <= 0:
-            raise ArenaConfigError("retries and backoff must be >= 0 and timeout > 0")
+                 credentials_file: str | Path | None = None, sleep: Callable[[float], None] = time.sleep,
+                 reconnect_window: float = 300.0, clock: Callable[[], float] = time.monotonic) -> None:
+        if retries < 0 or backoff < 0 or timeout <= 0 or reconnect_window < 0:
+            raise ArenaConfigError("retries, backoff and reconnect_window must be >= 0 and timeout > 0")
         file = Path(credentials_file) if credentials_file is not None else None
+        self._credentials_file = file
         self.url = _checked_url(resolve_url(url, file))
         self._api_key = _checked_key(resolve_api_key(api_key, file))
         self.timeout = timeout
@@ -89,7 +100,9 @@ class ArenaClient:
         self.max_backoff = max_backoff
         self.stream_read_timeout = stream_read_timeout
         self.stop_timeout = stop_timeout
+        self.reconnect_window = reconnect_window
         self._sleep = sleep
+        self._clock = clock
         self._http = httpx.Client(base_url=self.url, timeout=timeout, transport=transport,
                                   headers={"User-Agent": "agile-arena-client"}, follow_redirects=False)
         if self._api_key and _plain_http_to_remote(self.url):
@@ -163,8 +176,43 @@ class ArenaClient:
         return dict(self._json("POST", _experiment(experiment_id, "stop"), timeout=max(self.timeout, self.stop_timeout)))
 
     def resume(self, experiment_id: str) -> dict[str, Any]:
-        """Queue a stopped, interrupted or failed experiment again from its last checkpoint."""
+        """Queue a stopped, interrupted or failed experiment again from its last checkpoint (one that
+        was stopped before it started runs from the beginning)."""
         return dict(self._json("POST", _experiment(experiment_id, "resume")))
+
+    def delete(self, experiment_id: str) -> dict[str, Any]:
+        """Delete a finished (completed, failed, stopped or interrupted) experiment: its record and
+        its files on the server, for good. A queued or running one raises ArenaConflictError (stop
+        it first). Sent once, never retried."""
+        return dict(self._json("DELETE", _experiment(experiment_id)))
+
+    def login(self, api_key: str | None = None, *, store: bool = True, verify: bool = True) -> Path | None:
+        """Authenticate this client: check `api_key` (asked for with a hidden prompt when None) with
+        the server, use it from now on and, with `store`, save it with the URL in the credentials
+        file as `agile arena login` does. Returns that file (None when not stored). A refused key
+        raises ArenaAuthError and nothing is stored. (The server has no device login: keys come
+        from `agile arena create-key` on the server.)"""
+        from agile_arena.config import save_credentials
+
+        if api_key is None:
+            import getpass
+
+            api_key = getpass.getpass("Arena API key: ")
+        key = _checked_key(api_key)
+        if key is None:
+            raise ArenaAuthError("no API key given", kind="unauthorized")
+        previous, self._api_key = self._api_key, key
+        if verify:
+            try:
+                self.list_experiments()
+            except ArenaAuthError:
+                self._api_key = previous
+                raise ArenaAuthError(f"{self.url} refused this API key; nothing was stored", status=401,
+                                     kind="unauthorized") from None
+            except BaseException:
+                self._api_key = previous
+                raise
+        return save_credentials(self.url, key, self._credentials_file) if store else None
 
     def checkpoints(self, experiment_id: str) -> list[dict[str, Any]]:
         """Saved checkpoints and the elite: `[{"path", "kind", "bytes", "modified"}]`."""
@@ -199,17 +247,22 @@ class ArenaClient:
         """The experiment's log as events: status changes, log lines, server errors.
 
         With `follow` the stream lasts until the job reaches a terminal status. A dropped
-        connection is reopened with `?offset=` of the last line received (after `retries`
-        failures in a row without progress, ArenaConnectionError)."""
+        connection is reopened with `?offset=` of the last line received, so nothing is lost or
+        repeated; while the server cannot be reached (a restart, a proxy answering 502) the client
+        keeps trying, pausing `backoff` doubling up to `max_backoff` seconds, for `reconnect_window`
+        seconds since it last reached it, then raises ArenaConnectionError. Without `follow`, a
+        dropped stream is retried `retries` times."""
         route = _experiment(experiment_id, "logs")
         status: str | None = None
         failures = 0
         connected = False
+        lost_since: float | None = None  # when the server was last reached, while it cannot be
         while True:
             finished = False
             try:
                 with self._open_log_stream(route, offset, follow) as response:
                     connected = True
+                    lost_since = None
                     for raw in response.iter_lines():
                         if not raw.strip():
                             continue
@@ -230,9 +283,9 @@ class ArenaClient:
                 quiet = follow and isinstance(exc, httpx.ReadTimeout)  # alive but silent: just reconnect
                 failures += 0 if quiet else 1
                 reason = f"{type(exc).__name__}: {exc}"
-            except ArenaConnectionError as exc:
-                if not connected:  # the first connection failed (after its retries): nothing to resume
-                    raise
+            except (ArenaConnectionError, ArenaServerError) as exc:
+                if not connected or (isinstance(exc, ArenaServerError) and not follow):
+                    raise  # the first connection failed (after its retries): nothing to resume
                 failures += 1  # a server restarting takes longer than one round of retries
                 reason = exc.message
             else:
@@ -240,7 +293,16 @@ class ArenaClient:
                     return
                 failures += 1  # the stream ended before the job did: reconnect
                 reason = "stream ended before the experiment finished"
-            if failures > self.retries:
+            if failures and lost_since is None:
+                lost_since = self._clock()
+            if follow:
+                gone = self._clock() - lost_since if lost_since is not None else 0.0
+                if gone > self.reconnect_window:
+                    raise ArenaConnectionError(self._scrub(
+                        f"lost the log stream of {experiment_id} at offset {offset} ({reason}): the server "
+                        f"could not be reached for {gone:.0f} s; run `agile arena logs {experiment_id} --follow "
+                        f"--offset {offset}` to continue"))
+            elif failures > self.retries:
                 raise ArenaConnectionError(self._scrub(
                     f"lost the log stream of {experiment_id} at offset {offset} ({reason}) after "
                     f"{self.retries} reconnects"))
@@ -301,7 +363,7 @@ class ArenaClient:
         raise AssertionError("unreachable")
 
     def _delay(self, attempt: int) -> float:
-        return float(min(self.max_backoff, self.backoff * 2 ** attempt))
+        return float(min(self.max_backoff, self.backoff * 2 ** min(attempt, 60)))
 
     def _checked(self, response: httpx.Response) -> httpx.Response:
         """The response when it succeeded; otherwise the matching ArenaError (5xx as _Retry)."""

@@ -95,5 +95,10 @@ def run(argv: Sequence[str] | None = None) -> None:
     sys.exit(code)
 
 
+def run_arena() -> None:
+    """Console-script entry point of `arena`: the same as `agile arena ...`."""
+    run(["arena", *sys.argv[1:]])
+
+
 if __name__ == "__main__":
     run()

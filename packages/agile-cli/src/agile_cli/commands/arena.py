@@ -17,6 +17,9 @@ from collections.abc import Callable
 from typing import Any
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+RECONNECT_SECONDS = 300.0
+ID_ARGUMENT = "experiment id, or its name or the start of its id or name when that names one experiment"
+ID_HELP = "ID may also be the experiment's name, or the start (3 characters or more) of its id or name."
 Handler = Callable[[argparse.Namespace], int]
 
 
@@ -50,49 +53,17 @@ def register(sub: Any) -> None:
 
     _action(actions, "logout", _logout, "forget the stored API key", "Delete the credentials file.", client=False)
 
-    submit = _action(actions, "submit", _submit, "check a manifest here, then submit it",
-                     "Validate MANIFEST locally (fully when its algorithm's paradigm is installed here, else "
-                     "the parts core knows) and submit it. Prints the new experiment's id; --follow then "
-                     "streams its log until it ends (exit 0 only if it completed).")
-    submit.add_argument("manifest", metavar="MANIFEST", help="training manifest (YAML or JSON)")
-    submit.add_argument("--resource-id", metavar="ID", help="where to run it (see `agile arena resources`)")
-    submit.add_argument("--name", "--experiment-name", dest="name", metavar="NAME", help="experiment name")
-    submit.add_argument("--project", metavar="NAME", help="project to file it under")
-    submit.add_argument("--num-nodes", type=int, metavar="N", help="nodes to train on (this server runs one)")
-    submit.add_argument("--follow", action="store_true", help="stream the log until the experiment ends")
-
-    _action(actions, "list", _list, "list your experiments", "List this key's experiments, newest first.")
+    _experiment_actions(actions)
     _action(actions, "resources", _resources, "list where jobs can run",
             "List the server's resources with their slots and running/queued jobs.")
-    for name, handler, text in (("status", _status, "show one experiment"),
-                                ("stop", _stop, "stop a queued or running experiment"),
-                                ("resume", _resume, "resume a stopped, interrupted or failed experiment "
-                                                    "from its last checkpoint"),
-                                ("checkpoints", _checkpoints, "list an experiment's checkpoints and elite")):
-        action = _action(actions, name, handler, text, text[0].upper() + text[1:] + ".")
-        action.add_argument("id", metavar="ID", help="experiment id")
 
-    logs = _action(actions, "logs", _logs, "print an experiment's log",
-                   "Print the log (status changes go to standard error). --follow keeps streaming until the "
-                   "experiment ends, reconnecting where it left off; exit 0 only if it completed.")
-    logs.add_argument("id", metavar="ID", help="experiment id")
-    logs.add_argument("--follow", "-f", action="store_true", help="stream until the experiment ends")
-    logs.add_argument("--offset", type=int, default=0, metavar="BYTES", help="start at this byte offset of the log")
-
-    metrics = _action(actions, "metrics", _metrics, "fetch the metrics CSV",
-                      "Print the run's metrics CSV, or write it atomically to --output.")
-    metrics.add_argument("id", metavar="ID", help="experiment id")
-    metrics.add_argument("--output", "-o", metavar="FILE", help="write to FILE instead of standard output")
-    metrics.add_argument("--force", action="store_true", help="replace an existing FILE")
-
-    download = _action(actions, "download", _download, "download a file or folder of the run",
-                       "Download PATH of the run directory (e.g. `elite`, `checkpoints/<name>`, `metrics.csv`) "
-                       "into DIR/<last part of PATH>. Archives are checked (no absolute paths, `..` or links) "
-                       "and put in place only when complete.")
-    download.add_argument("id", metavar="ID", help="experiment id")
-    download.add_argument("path", metavar="PATH", help="path relative to the run directory")
-    download.add_argument("--output", "-o", default=".", metavar="DIR", help="folder to put it in (default: .)")
-    download.add_argument("--force", action="store_true", help="replace an existing DIR/<name>")
+    experiments = actions.add_parser(
+        "experiments", help="the experiment actions again: `agile arena experiments submit|list|status|...`",
+        description="The experiment actions (submit, list, status, logs, stop, resume, delete, checkpoints, "
+                    "metrics, download) as `agile arena experiments ACTION`, the spelling of the reference "
+                    "CLI; each is the same as `agile arena ACTION`.")
+    experiments.set_defaults(handler=lambda args: _usage(experiments))
+    _experiment_actions(experiments.add_subparsers(dest="experiments_command", metavar="ACTION"))
 
     serve = actions.add_parser("serve", help="run an Arena server (needs agile-arena[server])",
                                description="Run the self-hosted Arena server: jobs run on this machine with the "
@@ -116,6 +87,66 @@ def register(sub: Any) -> None:
     create_key.add_argument("--data-dir", required=True, metavar="DIR", help="the server's data directory")
     create_key.add_argument("--json", action="store_true", help="print {\"name\", \"key\"} as JSON")
     create_key.set_defaults(handler=_guarded(_create_key, json_output=True))
+
+
+def _experiment_actions(actions: Any) -> None:
+    """The actions on experiments, under `agile arena` and under `agile arena experiments`."""
+    submit = _action(actions, "submit", _submit, "check a manifest here, then submit it",
+                     "Validate MANIFEST locally (fully when its algorithm's paradigm is installed here, else "
+                     "the parts core knows) and submit it. Prints the new experiment's id; --follow then "
+                     "streams its log until it ends (exit 0 only if it completed).")
+    submit.add_argument("manifest", metavar="MANIFEST", help="training manifest (YAML or JSON)")
+    submit.add_argument("--resource-id", metavar="ID", help="where to run it (see `agile arena resources`)")
+    submit.add_argument("--name", "--experiment-name", dest="name", metavar="NAME", help="experiment name")
+    submit.add_argument("--project", metavar="NAME", help="project to file it under")
+    submit.add_argument("--num-nodes", type=int, metavar="N",
+                        help="nodes to train on (this server trains each job on one: more draws a warning)")
+    submit.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a manifest field before it is checked and sent, as `agile train --set` "
+                             "does, e.g. --set training.pop_size=2 (repeatable)")
+    submit.add_argument("--follow", action="store_true", help="stream the log until the experiment ends")
+    _reconnect_option(submit)
+
+    _action(actions, "list", _list, "list your experiments", "List this key's experiments, newest first.")
+    for name, handler, text in (("status", _status, "show one experiment"),
+                                ("stop", _stop, "stop a queued or running experiment"),
+                                ("resume", _resume, "resume a stopped, interrupted or failed experiment "
+                                                    "from its last checkpoint (one stopped before it started "
+                                                    "starts from the beginning)"),
+                                ("delete", _delete, "delete a finished experiment and its files on the server"),
+                                ("checkpoints", _checkpoints, "list an experiment's checkpoints and elite")):
+        action = _action(actions, name, handler, text, text[0].upper() + text[1:] + ". " + ID_HELP)
+        action.add_argument("id", metavar="ID", help=ID_ARGUMENT)
+
+    logs = _action(actions, "logs", _logs, "print an experiment's log",
+                   "Print the log (status changes go to standard error). --follow keeps streaming until the "
+                   "experiment ends, reconnecting where it left off (through server restarts, for up to "
+                   "--reconnect-for seconds without the server); exit 0 only if it completed. " + ID_HELP)
+    logs.add_argument("id", metavar="ID", help=ID_ARGUMENT)
+    logs.add_argument("--follow", "-f", action="store_true", help="stream until the experiment ends")
+    _reconnect_option(logs)
+    logs.add_argument("--offset", type=int, default=0, metavar="BYTES", help="start at this byte offset of the log")
+
+    metrics = _action(actions, "metrics", _metrics, "fetch the metrics CSV",
+                      "Print the run's metrics CSV, or write it atomically to --output.")
+    metrics.add_argument("id", metavar="ID", help=ID_ARGUMENT)
+    metrics.add_argument("--output", "-o", metavar="FILE", help="write to FILE instead of standard output")
+    metrics.add_argument("--force", action="store_true", help="replace an existing FILE")
+
+    download = _action(actions, "download", _download, "download a file or folder of the run",
+                       "Download PATH of the run directory (e.g. `elite`, `checkpoints/<name>`, `metrics.csv`) "
+                       "into DIR/<last part of PATH>. Archives are checked (no absolute paths, `..` or links) "
+                       "and put in place only when complete.")
+    download.add_argument("id", metavar="ID", help=ID_ARGUMENT)
+    download.add_argument("path", metavar="PATH", help="path relative to the run directory")
+    download.add_argument("--output", "-o", default=".", metavar="DIR", help="folder to put it in (default: .)")
+    download.add_argument("--force", action="store_true", help="replace an existing DIR/<name>")
+
+
+def _reconnect_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--reconnect-for", type=float, default=RECONNECT_SECONDS, metavar="SECONDS",
+                        help=f"while following, keep reconnecting to a server that cannot be reached for this "
+                             f"long (default {RECONNECT_SECONDS:.0f})")
 
 
 def _action(actions: Any, name: str, handler: Handler, help_text: str, description: str,
@@ -277,6 +308,12 @@ def _follow(client: Any, experiment_id: str, json_output: bool, offset: int = 0)
     return EXIT_OK if (final.get("status") or status) == "completed" else EXIT_FAILED
 
 
+def _set_reconnect_window(client: Any, args: argparse.Namespace) -> None:
+    if args.reconnect_for < 0:
+        raise _BadInput(f"--reconnect-for must be >= 0, got {args.reconnect_for}")
+    client.reconnect_window = args.reconnect_for
+
+
 def _table(rows: list[dict[str, Any]], columns: list[tuple[str, str]]) -> str:
     cells = [[title for _, title in columns]] + [[_cell(row.get(key)) for key, _ in columns] for row in rows]
     widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
@@ -293,8 +330,8 @@ def _login(args: argparse.Namespace) -> int:
     import getpass
 
     _arena()
-    from agile_arena.config import KEY_ENV_VARS, resolve_url, save_credentials
-    from agile_arena.errors import ArenaAuthError, ArenaConnectionError
+    from agile_arena.config import KEY_ENV_VARS, resolve_url
+    from agile_arena.errors import ArenaConnectionError
 
     if args.api_key_stdin:
         key = sys.stdin.readline().strip()
@@ -306,16 +343,12 @@ def _login(args: argparse.Namespace) -> int:
         raise _BadInput("no API key given")
     url = resolve_url(args.url)
     client = _client(argparse.Namespace(url=url), api_key=key)
-    if not args.no_verify:
-        try:
-            client.list_experiments()
-        except ArenaAuthError:
-            raise ArenaAuthError(f"{url} refused this API key; nothing was stored") from None
-        except ArenaConnectionError as exc:
-            raise ArenaConnectionError(f"{exc.message}; nothing was stored (--no-verify stores it anyway)") from None
-        finally:
-            client.close()
-    path = save_credentials(url, key)
+    try:
+        path = client.login(key, verify=not args.no_verify)  # stores it, as ArenaClient.login does
+    except ArenaConnectionError as exc:
+        raise ArenaConnectionError(f"{exc.message}; nothing was stored (--no-verify stores it anyway)") from None
+    finally:
+        client.close()
     shadowing = [name for name in KEY_ENV_VARS if os.environ.get(name)]
     if args.json:
         _print_json({"url": url, "credentials_file": str(path), "verified": not args.no_verify})
@@ -340,12 +373,18 @@ def _logout(args: argparse.Namespace) -> int:
 
 
 def _submit(args: argparse.Namespace) -> int:
-    if args.num_nodes is not None and args.num_nodes != 1:
-        raise _BadInput(f"--num-nodes {args.num_nodes}: this Arena server runs each experiment on one node")
+    if args.num_nodes is not None and args.num_nodes < 1:
+        raise _BadInput(f"--num-nodes must be >= 1, got {args.num_nodes}")
     client = _client(args)
+    _set_reconnect_window(client, args)
+    from agile_arena.client import one_node_warning
     from agile_arena.manifests import prepare_manifest
 
-    prepared = prepare_manifest(args.manifest)  # ManifestError -> exit 2, nothing sent
+    if args.num_nodes is not None and args.num_nodes > 1:
+        print(f"agile arena: warning: {one_node_warning(f'--num-nodes {args.num_nodes}')}", file=sys.stderr)
+    # ManifestError -> exit 2, nothing sent (a bad --set is named as `--set KEY=VALUE: ...`)
+    prepared = prepare_manifest(args.manifest, overrides=args.overrides) if args.overrides else \
+        prepare_manifest(args.manifest)
     experiment = client.submit(prepared, resource_id=args.resource_id, experiment_name=args.name,
                                project=args.project)
     if args.json:
@@ -368,10 +407,40 @@ def _list(args: argparse.Namespace) -> int:
     elif not experiments:
         print("no experiments")
     else:
-        print(_table(experiments, [("id", "ID"), ("status", "STATUS"), ("algorithm", "ALGORITHM"),
-                                   ("environment", "ENVIRONMENT"), ("name", "NAME"), ("project", "PROJECT"),
-                                   ("created_at", "CREATED")]))
+        rows = [{**experiment, "steps": _steps(experiment.get("progress"), short=True),
+                 "fitness": _fitness(experiment.get("progress"))} for experiment in experiments]
+        print(_table(rows, [("id", "ID"), ("status", "STATUS"), ("algorithm", "ALGORITHM"),
+                            ("environment", "ENVIRONMENT"), ("steps", "STEPS"), ("fitness", "FITNESS"),
+                            ("name", "NAME"), ("project", "PROJECT"), ("created_at", "CREATED")]))
     return EXIT_OK
+
+
+def _steps(progress: Any, short: bool = False) -> str | None:
+    """`1024/2048 (50%)` from an Experiment's progress (None when there is none yet)."""
+    if not isinstance(progress, dict) or progress.get("steps") is None:
+        return None
+    steps, total = progress["steps"], progress.get("total_steps")
+    if not total:
+        return f"{steps}"
+    return f"{steps}/{total}" + ("" if short else " steps") + f" ({100 * steps / total:.0f}%)"
+
+
+def _fitness(progress: Any) -> str | None:
+    """The latest generation's best fitness and the best of the run, e.g. `9.50 (best 12.50)`."""
+    if not isinstance(progress, dict) or progress.get("fitness") is None:
+        return None
+    text = f"{progress['fitness']:.2f}"
+    best = progress.get("best_fitness")
+    return text if best is None or best == progress["fitness"] else f"{text} (best {best:.2f})"
+
+
+def _progress_lines(progress: Any) -> list[tuple[str, Any]]:
+    """`status` lines of an Experiment's progress."""
+    if not isinstance(progress, dict):
+        return []
+    generation = progress.get("generation")
+    return [("progress", _steps(progress)), ("generation", generation),
+            ("fitness", _fitness(progress)), ("updated_at", progress.get("updated_at"))]
 
 
 def _resources(args: argparse.Namespace) -> int:
@@ -388,10 +457,13 @@ def _status(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(experiment)
         return EXIT_OK
-    for key in ("id", "name", "project", "status", "algorithm", "environment", "resource_id", "created_at",
-                "started_at", "finished_at", "exit_code", "error"):
-        if experiment.get(key) is not None:
-            print(f"{key + ':':<13} {experiment[key]}")
+    lines = [(key, experiment.get(key)) for key in ("id", "name", "project", "status", "algorithm", "environment",
+                                                    "resource_id", "created_at", "started_at", "finished_at",
+                                                    "exit_code", "error")]
+    lines[6:6] = _progress_lines(experiment.get("progress"))  # after the environment
+    for key, value in lines:
+        if value is not None:
+            print(f"{key + ':':<13} {value}")
     return EXIT_OK
 
 
@@ -404,6 +476,14 @@ def _stop(args: argparse.Namespace) -> int:
 def _resume(args: argparse.Namespace) -> int:
     experiment = _client(args).resume(args.id)
     _emit(args, experiment, f"resumed: {_one_line(experiment)}")
+    return EXIT_OK
+
+
+def _delete(args: argparse.Namespace) -> int:
+    client = _client(args)
+    experiment = client.status(args.id)  # the experiment ID names, to say which one went
+    deleted = client.delete(str(experiment["id"]))
+    _emit(args, deleted, f"deleted {_one_line(experiment)}")
     return EXIT_OK
 
 
@@ -423,7 +503,9 @@ def _logs(args: argparse.Namespace) -> int:
         raise _BadInput(f"--offset must be >= 0, got {args.offset}")
     client = _client(args)
     if args.follow:
-        return _follow(client, args.id, args.json, offset=args.offset)
+        _set_reconnect_window(client, args)
+        experiment_id = str(client.status(args.id)["id"])  # a name or prefix could name another one later
+        return _follow(client, experiment_id, args.json, offset=args.offset)
     from agile_arena.events import ErrorEvent, LogEvent, event_to_dict
 
     for event in client.logs(args.id, follow=False, offset=args.offset):
