@@ -12,11 +12,12 @@ import contextlib
 import ipaddress
 import logging
 import os
+import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 from urllib.parse import quote, urlsplit
 
 import httpx
@@ -47,6 +48,8 @@ T = TypeVar("T")
 LOGIN_HINT = "log in with `agile arena login` or set AGILE_ARENA_API_KEY (in Python: ArenaClient(api_key=...))"
 _RETRYABLE = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
 _TAR_TYPES = ("application/x-tar", "application/tar")
+UPLOAD_TYPE = "application/x-tar"
+"""Content type of a submission that carries files (see agile_arena.bundle)."""
 
 
 def one_node_warning(asked: str) -> str:
@@ -149,10 +152,44 @@ class ArenaClient:
                 "resource_id": None if resource_id is None else str(resource_id),
                 "experiment_name": experiment_name, "project": project}
         try:
+            if prepared.bundle:
+                return self._submit_upload(body, prepared)
             return dict(self._json("POST", "/v1/experiments", body=body))
         except ArenaValidationError as exc:
             raise ArenaValidationError(exc.message, prepared.locate(exc.errors), status=exc.status, kind=exc.kind,
                                        filename=prepared.display_name) from None
+
+    def _submit_upload(self, body: dict[str, Any], prepared: PreparedManifest) -> dict[str, Any]:
+        """POST the submission with the files its manifest names, as one tar archive streamed from a
+        temporary file (checked against the server's upload limit first, when it states one)."""
+        from agile_arena.bundle import BundleError, write_upload
+
+        try:
+            size = prepared.bundle.size()
+        except BundleError as exc:
+            raise ArenaRequestError(str(exc)) from None
+        limit = self.health().get("max_upload_bytes")
+        if isinstance(limit, int) and size > limit:
+            raise ArenaRequestError(f"the files the manifest names hold {_bytes(size)}, more than this server's "
+                                    f"upload limit of {_bytes(limit)} (agile arena serve --max-upload-bytes)",
+                                    kind="too_large")
+        with tempfile.TemporaryFile(prefix="agile-arena-upload-") as archive_file:
+            try:
+                write_upload(archive_file, body, prepared.bundle)
+            except BundleError as exc:
+                raise ArenaRequestError(str(exc)) from None
+            length = archive_file.tell()
+            archive_file.seek(0)
+
+            def once() -> Any:
+                response = self._http.post("/v1/experiments", content=_file_chunks_of(archive_file),
+                                           headers={**self._headers(), "Content-Type": UPLOAD_TYPE,
+                                                    "Content-Length": str(length)},
+                                           timeout=httpx.Timeout(self.timeout, write=None))
+                self._checked(response)
+                return response.json()
+
+            return dict(self._call("POST", "/v1/experiments", once))
 
     def submit_text(self, text: str, filename: str = "manifest.yaml", **options: Any) -> dict[str, Any]:
         """Submit manifest text (YAML or JSON), checked here first like a file."""
@@ -462,6 +499,21 @@ class ArenaClient:
                 partial.unlink(missing_ok=True)
         finally:
             response.close()
+
+
+def _file_chunks_of(handle: BinaryIO, size: int = 1 << 20) -> Iterator[bytes]:
+    while chunk := handle.read(size):
+        yield chunk
+
+
+def _bytes(count: int) -> str:
+    """`count` bytes for people (`1.5 GiB`)."""
+    value = float(count)
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{count} bytes" if unit == "bytes" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
 
 
 def _file_chunks(path: Path, size: int = 1 << 20) -> Iterator[bytes]:

@@ -5,20 +5,25 @@ validate` does (same `FILE:LINE: path: message` errors). When it is not, core ch
 without the paradigm (the sections, `training`, `mutation`, `replay_buffer`, the selection
 strategy) and the server checks the rest. Either way Arena runs tournament selection only, so an
 MF-PBT (`strategy: multi_frequency`) manifest is refused here.
+
+The files the manifest names on this machine (a model folder, datasets, a reward or environment
+module) travel with it: see :mod:`agile_arena.bundle`.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import Any
 
 from pydantic import ValidationError
 
+from agile_arena.bundle import Bundle, collect, rewrite_text
 from agile_arena.errors import FieldError
 from agile_core.errors import ManifestError, ManifestIssue, issues_from_validation_error
+from agile_core.overrides import apply_overrides
 from agile_core.specs.manifest import SELECTION_KEYS, TrainingManifest, validate_source
 from agile_core.specs.mutation import MutationSpec
 from agile_core.specs.selection import MultiFrequencySelectionSpec, TournamentSelectionSpec
@@ -48,14 +53,20 @@ class PreparedManifest:
     """Parsed source with key lines, to place the server's field errors on lines of the file."""
     display_name: str = "<manifest>"
     """How errors name the manifest: the path as given, else `<manifest>`."""
+    bundle: Bundle = field(default_factory=Bundle)
+    """The local files the manifest names, sent with it (the text names their job-folder paths)."""
 
     def locate(self, errors: list[FieldError]) -> list[FieldError]:
         """`errors` with the line of each path in the local file, where known (none when the text
-        sent was generated here, as its lines are not the user's)."""
+        sent was generated here, as its lines are not the user's, nor for values set by `--set`)."""
         if self.source is None:
             return [FieldError(e.path, e.message) for e in errors]
-        return [FieldError(e.path, e.message, e.line or self.source.line_of(parse_dotted(e.path)))
-                for e in errors]
+        located = []
+        for error in errors:
+            path = parse_dotted(error.path)
+            line = None if self.source.origin_of(path) else error.line or self.source.line_of(path)
+            located.append(FieldError(error.path, error.message, line))
+        return located
 
 
 def parse_dotted(text: str) -> tuple[str | int, ...]:
@@ -72,47 +83,73 @@ def parse_dotted(text: str) -> tuple[str | int, ...]:
     return tuple(parts)
 
 
-def prepare_manifest(manifest: str | Path | dict[str, Any] | TrainingManifest) -> PreparedManifest:
-    """Check a manifest file path, dict or TrainingManifest; ManifestError when it is invalid.
+def prepare_manifest(manifest: str | Path | dict[str, Any] | TrainingManifest,
+                     overrides: list[str] | None = None) -> PreparedManifest:
+    """Check a manifest file path, dict or TrainingManifest, with `--set key=value` `overrides`
+    applied first; ManifestError when it is invalid.
 
-    A file is sent as written (the server's errors then point at its lines); a dict or a
-    validated manifest is sent as JSON (a TrainingManifest as its resolved, redacted `to_json`).
+    A file is sent as written (the server's errors then point at its lines), but for the files it
+    names, whose values now name their place in the job folder, and for overrides (then the
+    result is sent as JSON). A dict or a validated manifest is sent as JSON (a TrainingManifest as
+    its resolved, redacted `to_json`).
     """
     if isinstance(manifest, TrainingManifest):
+        if overrides:
+            raise TypeError("overrides apply to a manifest file or dict, not to a TrainingManifest")
         refuse_mf_pbt(manifest)
-        return PreparedManifest(manifest.to_json(), "manifest.json", manifest.algorithm.name, True)
+        data = json.loads(manifest.to_json())
+        bundle = collect(data, manifest.base_dir, search_cwd=False)
+        return PreparedManifest(_json_text(bundle.rewritten(data)), "manifest.json", manifest.algorithm.name,
+                                True, bundle=bundle)
     if isinstance(manifest, dict):
-        source = ManifestSource(data=manifest, filename="<manifest>")
+        source = apply_overrides(ManifestSource(data=manifest, filename="<manifest>"), overrides or [])
         if _installed(source.data):
             validated = validate_source(source)
             refuse_mf_pbt(validated)
-            return PreparedManifest(validated.to_json(), "manifest.json", validated.algorithm.name, True)
+            data = json.loads(validated.to_json())
+            bundle = collect(data, validated.base_dir, search_cwd=False)
+            return PreparedManifest(_json_text(bundle.rewritten(data)), "manifest.json", validated.algorithm.name,
+                                    True, bundle=bundle)
         check_without_paradigm(source)
-        return PreparedManifest(json.dumps(manifest, allow_nan=False), "manifest.json",
-                                _algorithm_name(manifest) or "", False)
+        bundle = collect(source.data, Path.cwd())
+        return PreparedManifest(_json_text(bundle.rewritten(source.data)), "manifest.json",
+                                _algorithm_name(source.data) or "", False, bundle=bundle)
     if isinstance(manifest, str | Path):
         source = read_manifest_file(manifest)
         text = Path(manifest).read_text(encoding="utf-8")
-        return _prepare_source(source, text, Path(manifest).name, str(manifest))
+        return _prepare_source(source, text, Path(manifest).name, str(manifest), overrides or [])
     raise TypeError(f"expected a manifest path, a dict or a TrainingManifest, got {type(manifest).__name__}")
 
 
-def prepare_text(text: str, filename: str = "manifest.yaml") -> PreparedManifest:
-    """Check manifest text (YAML or JSON) and send it as is."""
+def prepare_text(text: str, filename: str = "manifest.yaml", overrides: list[str] | None = None) -> PreparedManifest:
+    """Check manifest text (YAML or JSON) and send it as is (but for named files and overrides)."""
     source = parse_text(text, filename)
     if source.data is None:
         raise ManifestError([ManifestIssue((), "the manifest is empty; it needs at least `algorithm` and `environment`",
                                            line=1)], filename)
-    return _prepare_source(source, text, PurePath(filename).name or "manifest.yaml", filename)
+    return _prepare_source(source, text, PurePath(filename).name or "manifest.yaml", filename, overrides or [])
 
 
-def _prepare_source(source: ManifestSource, text: str, filename: str, display_name: str) -> PreparedManifest:
+def _prepare_source(source: ManifestSource, text: str, filename: str, display_name: str,
+                    overrides: list[str]) -> PreparedManifest:
+    if overrides:
+        source = apply_overrides(source, overrides)
     if _installed(source.data):
         validated = validate_source(source)
         refuse_mf_pbt(validated, source)
-        return PreparedManifest(text, filename, validated.algorithm.name, True, source, display_name)
-    check_without_paradigm(source)
-    return PreparedManifest(text, filename, _algorithm_name(source.data) or "", False, source, display_name)
+        algorithm, checked = validated.algorithm.name, True
+    else:
+        check_without_paradigm(source)
+        algorithm, checked = _algorithm_name(source.data) or "", False
+    bundle = collect(source.data, source.base_dir or Path.cwd(), search_cwd=source.search_cwd)
+    sent = None if overrides else rewrite_text(text, bundle)
+    if sent is None:
+        sent = _json_text(bundle.rewritten(source.data))
+    return PreparedManifest(sent, filename, algorithm, checked, source, display_name, bundle)
+
+
+def _json_text(data: Any) -> str:
+    return json.dumps(data, indent=2, allow_nan=False)
 
 
 def _algorithm_name(data: Any) -> str | None:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import tempfile
 import warnings
+from pathlib import Path
 from typing import Any
 
 from agile_arena.client import ArenaClient, one_node_warning
 from agile_arena.manifests import MF_PBT_REFUSED, prepare_manifest
+from agile_arena.reward_check import RewardCheckError, check_reward
 from agile_core.errors import RunWarning
 from agile_core.specs.algorithm import AlgorithmSpec
 from agile_core.specs.mutation import MutationSpec
@@ -60,17 +64,50 @@ class ArenaTrainer(Trainer):
                 so more than 1 draws a warning and the job runs on one node.
             project: a project name to group experiments.
             experiment_name: a name for the experiment.
-            reward_file: a reward module for reasoning jobs (not supported by this server).
-            completion: a model completion to check the reward module with (not supported).
+            reward_file: the reward module of a reasoning job (a `.py` path or its bytes): it
+                replaces the manifest's `environment.reward_file_path` and is uploaded with the
+                job, like every file the manifest names.
+            completion: a model completion to try the reward function on here before anything is
+                sent (with the dataset's first prompt and answer); a function that fails or
+                returns no finite number refuses the submission. The result is returned under
+                `reward_check` (`completion`, `prompt`, `answer`, `reward`).
         """
         if num_nodes is not None and (isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1):
             raise TrainerConfigError(f"num_nodes must be an integer >= 1, got {num_nodes!r}")
         if num_nodes is not None and num_nodes > 1:
             warnings.warn(one_node_warning(f"num_nodes={num_nodes}"), RunWarning, stacklevel=2)
-        if reward_file is not None or completion is not None:
-            raise TrainerConfigError("reward_file/completion: uploading a reward module is not supported by the "
-                                     "agile Arena server; name the reward in the manifest's environment section")
         if isinstance(self.manifest.selection_strategy, MultiFrequencySelectionSpec):  # manifest replaced since
             raise TrainerConfigError(f"selection_strategy: {MF_PBT_REFUSED}")
-        return self.client.submit(prepare_manifest(self.manifest), resource_id=resource_id,
-                                  experiment_name=experiment_name, project=project)
+        with tempfile.TemporaryDirectory(prefix="agile-arena-reward-") as scratch:
+            data = json.loads(self.manifest.to_json())
+            if reward_file is not None:
+                data["environment"]["reward_file_path"] = str(self._reward_module(reward_file, Path(scratch)))
+            checked = None
+            if completion is not None:
+                try:
+                    checked = check_reward(data["environment"], self.manifest.base_dir, completion)
+                except RewardCheckError as exc:
+                    raise TrainerConfigError(str(exc)) from None
+            prepared = prepare_manifest(data) if reward_file is not None else prepare_manifest(self.manifest)
+            experiment = self.client.submit(prepared, resource_id=resource_id, experiment_name=experiment_name,
+                                            project=project)
+        if checked is not None:
+            experiment["reward_check"] = checked
+        return experiment
+
+    def _reward_module(self, reward_file: str | Path | bytes, scratch: Path) -> Path:
+        """The local `.py` file to upload as the environment's reward module (bytes are written to
+        `scratch/reward.py` first)."""
+        if "reward_file_path" not in type(self.manifest.environment).model_fields:
+            raise TrainerConfigError(f"reward_file: the {self.manifest.algorithm.name} environment takes no reward "
+                                     "module (it is for GRPO, LLMPPO and LLMREINFORCE on a dataset)")
+        if isinstance(reward_file, bytes):
+            path = scratch / "reward.py"
+            path.write_bytes(reward_file)
+            return path
+        if not isinstance(reward_file, str | Path):
+            raise TrainerConfigError(f"reward_file must be a path or the module's bytes, got {type(reward_file).__name__}")
+        path = Path(reward_file).expanduser()
+        if path.suffix != ".py" or not path.is_file():
+            raise TrainerConfigError(f"reward_file: {path} is not a Python file (.py) here")
+        return path.resolve()

@@ -10,18 +10,21 @@ from pathlib import Path
 
 DEFAULT_PORT = 8470
 DEFAULT_MAX_REQUEST_BYTES = 1_048_576
+DEFAULT_MAX_UPLOAD_BYTES = 2 * 1024**3
+"""Largest submission that carries files (a model of about a billion 16-bit parameters)."""
 
-__all__ = ["DEFAULT_MAX_REQUEST_BYTES", "DEFAULT_PORT", "create_key", "serve"]
+__all__ = ["DEFAULT_MAX_REQUEST_BYTES", "DEFAULT_MAX_UPLOAD_BYTES", "DEFAULT_PORT", "create_key", "serve"]
 
 
 def serve(data_dir: str | Path, host: str = "127.0.0.1", port: int = DEFAULT_PORT, slots: int = 1,
           max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, *, device: str = "cpu",
           stop_grace: float = 20.0, unsafe_no_sandbox: bool = False, job_memory_gib: float | None = 16.0,
           job_processes: int | None = 512, job_cpu_seconds: int | None = 7 * 24 * 3600,
-          job_disk_gib: float | None = 64.0) -> None:
+          job_disk_gib: float | None = 64.0, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES) -> None:
     """Serve the API on `host:port` (0 picks a free port) until SIGINT/SIGTERM; prints
     `agile arena server listening on http://HOST:PORT` once it accepts requests. At most `slots`
-    jobs train at once; `stop_grace` seconds after SIGTERM a stopping worker gets SIGKILL.
+    jobs train at once; `stop_grace` seconds after SIGTERM a stopping worker gets SIGKILL. A
+    submission with the files its manifest names may be up to `max_upload_bytes`.
 
     Every job runs in a bubblewrap sandbox with the `job_*` limits (None lifts one); a host that
     cannot run it makes `serve` raise ValueError, unless `unsafe_no_sandbox` (then nothing isolates
@@ -42,7 +45,7 @@ def serve(data_dir: str | Path, host: str = "127.0.0.1", port: int = DEFAULT_POR
         except SandboxUnavailable as exc:
             raise ValueError(f"cannot sandbox jobs on this host: {exc}") from None
     run_server(Path(data_dir), host, port, slots, max_request_bytes, device=device, stop_grace=stop_grace,
-               sandbox=sandbox)
+               sandbox=sandbox, max_upload_bytes=max_upload_bytes)
 
 
 def create_key(data_dir: str | Path, name: str) -> str:

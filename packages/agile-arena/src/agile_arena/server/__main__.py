@@ -5,8 +5,15 @@ from __future__ import annotations
 import argparse
 import sqlite3
 import sys
+from typing import Any
 
-from agile_arena.server import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_PORT, create_key, serve
+from agile_arena.server import (
+    DEFAULT_MAX_REQUEST_BYTES,
+    DEFAULT_MAX_UPLOAD_BYTES,
+    DEFAULT_PORT,
+    create_key,
+    serve,
+)
 from agile_core.cli_types import port, positive_int
 
 
@@ -22,6 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--slots", type=positive_int, default=1, help="jobs that train at once (default: 1)")
     run.add_argument("--max-request-bytes", type=positive_int, default=DEFAULT_MAX_REQUEST_BYTES,
                      help=f"largest request body (default: {DEFAULT_MAX_REQUEST_BYTES})")
+    run.add_argument("--max-upload-bytes", type=positive_int, default=DEFAULT_MAX_UPLOAD_BYTES,
+                     help=f"largest submission carrying the files its manifest names (default: {DEFAULT_MAX_UPLOAD_BYTES})")
     run.add_argument("--device", default="cpu", help="torch device of the workers (default: cpu)")
     run.add_argument("--stop-grace", type=float, default=20.0,
                      help="seconds a stopping worker gets to checkpoint before SIGKILL (default: 20)")
@@ -47,7 +56,7 @@ def add_sandbox_options(parser: argparse.ArgumentParser) -> None:
                        help="size of a job's folder, and of any one file it writes (default: 64)")
 
 
-def sandbox_kwargs(args: argparse.Namespace) -> dict[str, object]:
+def sandbox_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """`serve()`'s sandbox arguments from the parsed options (0 becomes None: no limit)."""
     for flag, value in (("--job-memory-gib", args.job_memory_gib), ("--job-processes", args.job_processes),
                         ("--job-cpu-seconds", args.job_cpu_seconds), ("--job-disk-gib", args.job_disk_gib)):
@@ -66,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
             print(create_key(args.data_dir, args.name))
             return 0
         serve(args.data_dir, args.host, args.port, args.slots, args.max_request_bytes, device=args.device,
-              stop_grace=args.stop_grace, **sandbox_kwargs(args))
+              stop_grace=args.stop_grace, max_upload_bytes=args.max_upload_bytes, **sandbox_kwargs(args))
     except ValueError as exc:
         print(f"agile arena: {exc}", file=sys.stderr)
         return 2

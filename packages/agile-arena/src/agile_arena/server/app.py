@@ -7,6 +7,7 @@ import logging
 import os
 import re
 import secrets
+import shutil
 import unicodedata
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -21,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from agile_arena.server import files, logs
+from agile_arena.server import DEFAULT_MAX_UPLOAD_BYTES, files, logs, uploads
 from agile_arena.server.auth import bearer_token, hash_key
 from agile_arena.server.errors import ApiError
 from agile_arena.server.limits import BodyLimit
@@ -54,13 +55,16 @@ def version() -> str:
 
 
 def create_app(data_dir: Path, slots: int = 1, max_request_bytes: int = 1_048_576, device: str = "cpu",
-               stop_grace: float = 20.0, sandbox: Sandbox | None = None) -> Starlette:
-    """The app for one data directory; `slots` jobs run at once, bodies over `max_request_bytes` get 413;
-    each job's worker runs in `sandbox` (None: no sandbox, for in-process tests only)."""
+               stop_grace: float = 20.0, sandbox: Sandbox | None = None,
+               max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES) -> Starlette:
+    """The app for one data directory; `slots` jobs run at once, bodies over `max_request_bytes` get 413
+    (submissions that carry files: over `max_upload_bytes`); each job's worker runs in `sandbox`
+    (None: no sandbox, for in-process tests only)."""
     data_dir = data_dir.resolve()
     store = Store(data_dir)
     runner = Runner(store, data_dir, slots, device=device, stop_grace=stop_grace, sandbox=sandbox)
     progress = ProgressReader()
+    uploads.remove_stale(runner.jobs_dir)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -86,7 +90,8 @@ def create_app(data_dir: Path, slots: int = 1, max_request_bytes: int = 1_048_57
         return job.public(progress.read(job.id, runner.job_dir(job.id)))
 
     async def health(request: Request) -> Response:
-        return JSONResponse({"status": "ok", "version": version()})
+        return JSONResponse({"status": "ok", "version": version(), "max_request_bytes": max_request_bytes,
+                             "max_upload_bytes": max_upload_bytes})
 
     async def resources(request: Request) -> Response:
         owner(request)
@@ -95,15 +100,28 @@ def create_app(data_dir: Path, slots: int = 1, max_request_bytes: int = 1_048_57
 
     async def submit(request: Request) -> Response:
         key_id = owner(request)
-        fields = _submission(await request.body())
         job_id = secrets.token_hex(8)
         job_dir = runner.job_dir(job_id)
-        filename = os.path.basename(fields["filename"] or "manifest.yaml") or "manifest.yaml"
+        staging = uploads.staging_dir(job_dir) if uploads.is_upload(request) else None
         try:
-            valid = await to_thread.run_sync(validate_manifest_text, fields["manifest"], filename, job_dir)
-        except InvalidManifest as exc:
-            raise ApiError("validation", f"{filename}: the manifest is invalid", exc.errors) from None
-        job_dir.mkdir(parents=True, mode=0o700)
+            if staging is not None:
+                archive = await uploads.receive(request, staging)
+                fields = _submission(await to_thread.run_sync(uploads.unpack, archive, staging, max_request_bytes))
+            else:
+                fields = _submission(await request.body())
+            filename = os.path.basename(fields["filename"] or "manifest.yaml") or "manifest.yaml"
+            try:
+                valid = await to_thread.run_sync(validate_manifest_text, fields["manifest"], filename,
+                                                 staging or job_dir)
+            except InvalidManifest as exc:
+                raise ApiError("validation", f"{filename}: the manifest is invalid", exc.errors) from None
+            if staging is not None:
+                os.replace(staging, job_dir)
+            else:
+                job_dir.mkdir(parents=True, mode=0o700)
+        finally:
+            if staging is not None:
+                shutil.rmtree(staging, ignore_errors=True)
         _write_atomically(job_dir / "manifest.yaml", fields["manifest"])
         (job_dir / "log.txt").touch()
         job = store.add_job(job_id, key_id, fields["experiment_name"], fields["project"], RESOURCE_ID,
@@ -238,7 +256,7 @@ def create_app(data_dir: Path, slots: int = 1, max_request_bytes: int = 1_048_57
         Route(f"{job_route}/download", download, methods=["GET"]),
     ]
     app = Starlette(routes=routes, lifespan=lifespan,
-                    middleware=[Middleware(BodyLimit, limit=max_request_bytes)],
+                    middleware=[Middleware(BodyLimit, limit=max_request_bytes, upload_limit=max_upload_bytes)],
                     exception_handlers={ApiError: api_error, HTTPException: http_error, Exception: server_error})
     app.state.store = store
     app.state.runner = runner

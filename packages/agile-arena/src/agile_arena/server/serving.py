@@ -12,6 +12,7 @@ from typing import Any
 
 import uvicorn
 
+from agile_arena.server import DEFAULT_MAX_UPLOAD_BYTES
 from agile_arena.server.app import create_app
 from agile_arena.server.auth import KEY_PATTERN
 from agile_arena.server.sandbox import Sandbox
@@ -58,18 +59,21 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def run_server(data_dir: Path, host: str, port: int, slots: int, max_request_bytes: int, *,
-               device: str = "cpu", stop_grace: float = 20.0, sandbox: Sandbox | None = None) -> None:
+               device: str = "cpu", stop_grace: float = 20.0, sandbox: Sandbox | None = None,
+               max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES) -> None:
     """Serve until SIGINT/SIGTERM (running jobs are checkpointed and marked interrupted). Jobs run in
     `sandbox`; None sets up the default one and raises SandboxUnavailable when the host cannot."""
     if slots < 1:
         raise ValueError("slots must be at least 1")
     if max_request_bytes < 1024:
         raise ValueError("max_request_bytes must be at least 1024")
+    if max_upload_bytes < max_request_bytes:
+        raise ValueError(f"max_upload_bytes must be at least max_request_bytes ({max_request_bytes})")
     if sandbox is None:
         sandbox = Sandbox.for_server(data_dir, device=device)
     print(f"agile arena: {sandbox.describe()}", file=sys.stderr if not sandbox.enabled else sys.stdout, flush=True)
     app = create_app(data_dir, slots=slots, max_request_bytes=max_request_bytes, device=device,
-                     stop_grace=stop_grace, sandbox=sandbox)
+                     stop_grace=stop_grace, sandbox=sandbox, max_upload_bytes=max_upload_bytes)
     sock = bind(host, port)
     real_port = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host

@@ -74,6 +74,8 @@ def register(sub: Any) -> None:
     serve.add_argument("--slots", type=int, default=1, help="jobs run at once (default 1); the rest queue")
     serve.add_argument("--max-request-bytes", type=int, default=1_048_576, metavar="N",
                        help="largest request body accepted (default 1 MiB)")
+    serve.add_argument("--max-upload-bytes", type=int, default=2 * 1024**3, metavar="N",
+                       help="largest submission carrying the files its manifest names (default 2 GiB)")
     serve.add_argument("--device", default="cpu", help="torch device the jobs train on (default cpu)")
     serve.add_argument("--unsafe-no-sandbox", action="store_true",
                        help="run jobs without their bubblewrap sandbox (their code can read and change "
@@ -549,7 +551,8 @@ def _serve(args: argparse.Namespace) -> int:
     server = _server_module()
     try:
         server.serve(data_dir=args.data_dir, host=args.host, port=args.port, slots=args.slots,
-                     max_request_bytes=args.max_request_bytes, device=args.device,
+                     max_request_bytes=args.max_request_bytes, max_upload_bytes=args.max_upload_bytes,
+                     device=args.device,
                      unsafe_no_sandbox=args.unsafe_no_sandbox)
     except ValueError as exc:
         raise _BadInput(str(exc)) from None
