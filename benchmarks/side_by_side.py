@@ -74,6 +74,19 @@ def steps_to_threshold(run_dir: Path, threshold: float | None) -> int | None:
     return None
 
 
+def _absolute_files(environment: Any, folders: list[Path]) -> None:
+    """Data files the environment names (bandit tables, offline datasets), made absolute: the
+    manifest is rewritten into a scratch folder and the reference runs in another."""
+    if not isinstance(environment, dict):
+        return
+    for key in ("path", "features", "targets", "dataset"):
+        value = environment.get(key)
+        if isinstance(value, str) and not Path(value).is_absolute():
+            found = next((folder / value for folder in folders if (folder / value).is_file()), None)
+            if found is not None:
+                environment[key] = str(found.resolve())
+
+
 def benchmark(manifest: Path, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """Every repeat of one manifest on both sides; medians."""
     data = apply_overrides(read_manifest_file(manifest), args.set).data
@@ -83,6 +96,7 @@ def benchmark(manifest: Path, args: argparse.Namespace, work: Path) -> dict[str,
         for part in parents:
             section = section.get(part, {})
         section.pop(leaf, None)
+    _absolute_files(data.get("environment"), [manifest.resolve().parent, Path.cwd()])
     budget = int(data["training"]["pop_size"]) * int(data["training"]["max_steps"])
     written = work / manifest.name
     written.write_text(yaml.safe_dump(data, sort_keys=False))
