@@ -3,6 +3,7 @@ server's and the client's tests (see /work/arena_contract.md)."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import signal
@@ -12,7 +13,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
+
+from agile_arena import ArenaClient
+from agile_cli.commands import arena as arena_command
+from tests.arena.test_client import KEY, FakeArena
 
 READY = "agile arena server listening on "
 SANDBOX = shutil.which("bwrap") is not None
@@ -170,3 +176,25 @@ def wait_for(condition: object, timeout: float, what: str, interval: float = 0.2
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(interval)
+
+
+@pytest.fixture
+def isolated_settings(tmp_path, monkeypatch) -> None:
+    """No key or URL from the environment; a credentials file of the test's own."""
+    for name in ("AGILE_ARENA_API_KEY", "ARENA_API_KEY", "AGILE_ARENA_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AGILE_ARENA_CONFIG", str(tmp_path / "config" / "arena.json"))
+
+
+@pytest.fixture
+def fake(monkeypatch) -> FakeArena:
+    """The CLI's clients talk to this fake (the key, URL and options as the CLI resolves them)."""
+    server = FakeArena()
+
+    def client(args: argparse.Namespace, api_key: str | None = None) -> ArenaClient:
+        return ArenaClient(api_key=api_key, url=args.url or "http://127.0.0.1:8470",
+                           transport=httpx.MockTransport(server.handler), sleep=lambda s: None, retries=1)
+
+    monkeypatch.setattr(arena_command, "_client", client)
+    monkeypatch.setenv("AGILE_ARENA_API_KEY", KEY)
+    return server

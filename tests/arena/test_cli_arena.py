@@ -4,7 +4,6 @@ messages when agile-arena or its server extra is missing."""
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import stat
@@ -16,34 +15,10 @@ import pytest
 from agile_arena import ArenaClient
 from agile_cli.commands import arena as arena_command
 from agile_cli.main import main
-from tests.arena.test_client import EXPERIMENT, KEY, PPO, FakeArena, ndjson, tar_bytes, tar_response
+from tests.arena.cli_fakes import run
+from tests.arena.test_client import EXPERIMENT, KEY, PPO, ndjson, tar_bytes, tar_response
 
-
-@pytest.fixture(autouse=True)
-def _isolated_settings(tmp_path, monkeypatch):
-    for name in ("AGILE_ARENA_API_KEY", "ARENA_API_KEY", "AGILE_ARENA_URL"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AGILE_ARENA_CONFIG", str(tmp_path / "config" / "arena.json"))
-
-
-@pytest.fixture
-def fake(monkeypatch) -> FakeArena:
-    """The CLI's clients talk to this fake (the key, URL and options as the CLI resolves them)."""
-    server = FakeArena()
-
-    def client(args: argparse.Namespace, api_key: str | None = None) -> ArenaClient:
-        return ArenaClient(api_key=api_key, url=args.url or "http://127.0.0.1:8470",
-                           transport=httpx.MockTransport(server.handler), sleep=lambda s: None, retries=1)
-
-    monkeypatch.setattr(arena_command, "_client", client)
-    monkeypatch.setenv("AGILE_ARENA_API_KEY", KEY)
-    return server
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(["arena", *argv])
-    out, err = capsys.readouterr()
-    return code, out, err
+pytestmark = pytest.mark.usefixtures("isolated_settings")
 
 
 @pytest.mark.parametrize("action", ["login", "logout", "submit", "list", "resources", "status", "logs", "stop",

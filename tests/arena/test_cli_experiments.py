@@ -4,7 +4,6 @@ scripted server; and the reference example run unchanged through the real CLI ag
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -18,9 +17,9 @@ import yaml
 
 from agile_arena import ArenaClient
 from agile_cli import main as cli_main
-from agile_cli.commands import arena as arena_command
 from agile_cli.main import main
-from tests.arena.test_client import EXPERIMENT, KEY, PPO, FakeArena, ndjson
+from tests.arena.cli_fakes import run
+from tests.arena.test_client import EXPERIMENT, PPO, ndjson
 
 ROOT = Path(__file__).resolve().parents[2]
 ACTIONS = ["submit", "list", "status", "logs", "stop", "resume", "delete", "checkpoints", "metrics", "download"]
@@ -28,30 +27,7 @@ PROGRESS = {"steps": 1024, "total_steps": 2048, "generation": 1, "fitness": 9.5,
             "updated_at": "2026-01-01T00:01:00+00:00"}
 
 
-@pytest.fixture(autouse=True)
-def _isolated_settings(tmp_path, monkeypatch):
-    for name in ("AGILE_ARENA_API_KEY", "ARENA_API_KEY", "AGILE_ARENA_URL"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AGILE_ARENA_CONFIG", str(tmp_path / "config" / "arena.json"))
-
-
-@pytest.fixture
-def fake(monkeypatch) -> FakeArena:
-    server = FakeArena()
-
-    def client(args: argparse.Namespace, api_key: str | None = None) -> ArenaClient:
-        return ArenaClient(api_key=api_key, url=args.url or "http://127.0.0.1:8470",
-                           transport=httpx.MockTransport(server.handler), sleep=lambda s: None, retries=1)
-
-    monkeypatch.setattr(arena_command, "_client", client)
-    monkeypatch.setenv("AGILE_ARENA_API_KEY", KEY)
-    return server
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(["arena", *argv])
-    out, err = capsys.readouterr()
-    return code, out, err
+pytestmark = pytest.mark.usefixtures("isolated_settings")
 
 
 # ------------------------------------------------------------------------------ spellings
