@@ -76,6 +76,17 @@ def test_the_budget_asks_per_paradigm_and_counts_the_least_stepped_member() -> N
     assert StepBudget(600, 10**7, 4, whole_rollouts=True).request(SimpleNamespace(learn_step=256), 0) == 3 * 64
 
 
+def test_the_projected_count_per_member_is_where_the_run_ends() -> None:
+    """The progress bar's total of a loop that counts per member (the LLM loops)."""
+    ppo = SimpleNamespace(learn_step=2048)
+    assert StepBudget(5000, 100, 16, whole_rollouts=True).projected_spent([ppo, ppo]) == 3 * 2048
+    assert StepBudget(30, 10, 4).projected_spent([None]) == 36 and StepBudget(30, 10, 4).projected_spent([None], 24) == 36
+    trimmed = StepBudget(25, 10, 1, trim_last=True)
+    assert trimmed.projected_spent([None, None]) == 25 and trimmed.projected_spent([None], 20) == 25
+    assert StepBudget(300, 200, 1, trim_last=True).projected_spent([None]) == 300
+    assert trimmed.projected_spent([None], 25) == 25  # spent: nothing more
+
+
 # ------------------------------------------------------------------------------ multi-agent IPPO
 def spread(num_envs: int) -> Any:
     from mpe2 import simple_spread_v3

@@ -283,9 +283,11 @@ class LocalTrainer(Trainer):
               tensorboard: bool = False, tensorboard_log_dir: str | None = None, checkpoint_steps: int | None = None,
               checkpoint_path: str | None = None, overwrite_checkpoints: bool = False,
               wandb_api_key: str | None = None, wandb_kwargs: dict[str, Any] | None = None, *,
-              csv_path: str | None = None, threads: int | None = None) -> tuple[list[Any], list[float]]:
+              csv_path: str | None = None, threads: int | None = None,
+              final_checkpoint: bool = False) -> tuple[list[Any], list[float]]:
         """Train; return (population, fitnesses of the last evaluation). `csv_path` also writes
-        every metric to a CSV file. With ``backend="ray"`` members train in Ray actors
+        every metric to a CSV file; `final_checkpoint` saves a run checkpoint (under
+        `checkpoint_path`) when the run ends, even without `checkpoint_steps`. With ``backend="ray"`` members train in Ray actors
         (:mod:`agile_core.distributed`), the rest of the run staying here. `threads`: torch's
         intra-op threads per process (default: chosen by :mod:`agile_core.threads`)."""
         from agile_core.training.arguments import positive_int
@@ -303,7 +305,7 @@ class LocalTrainer(Trainer):
                 elite_path=elite_path, wb=wb, tensorboard=tensorboard, tensorboard_log_dir=tensorboard_log_dir,
                 checkpoint_steps=checkpoint_steps, checkpoint_path=checkpoint_path,
                 overwrite_checkpoints=overwrite_checkpoints, wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs,
-                csv_path=csv_path)
+                csv_path=csv_path, final_checkpoint=final_checkpoint)
 
         if self.backend == "ray":
             from agile_core.distributed.ray_loop import train_with_ray

@@ -113,10 +113,10 @@ def llm_evaluator(path: str) -> Any:
 
     try:
         metadata = inspect_checkpoint(resolve_run_checkpoint(path)).metadata
+        agents = metadata.get("agents") or [metadata]
+        algorithm = str(agents[0].get("algorithm", "")).rpartition(":")[2]
     except (CheckpointError, OSError):
-        return None
-    agents = metadata.get("agents") or [metadata]
-    algorithm = str(agents[0].get("algorithm", "")).rpartition(":")[2]
+        algorithm = _run_directory_algorithm(path)  # a run directory without a checkpoint: say so
     try:
         paradigm = paradigm_of(algorithm)
     except UnknownAlgorithmError:
@@ -128,6 +128,17 @@ def llm_evaluator(path: str) -> Any:
 
         return evaluate_checkpoint
     return None
+
+
+def _run_directory_algorithm(path: str) -> str:
+    """The algorithm of the run directory `path` (from its ``manifest.resolved.json``), else ""."""
+    from pathlib import Path
+
+    try:
+        data = json.loads((Path(path) / "manifest.resolved.json").read_text(encoding="utf-8"))
+        return str(data["algorithm"]["name"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
 
 
 def run(args: argparse.Namespace) -> int:

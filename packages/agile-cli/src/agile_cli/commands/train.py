@@ -40,7 +40,8 @@ def register(sub: Any) -> None:
     parser.add_argument("--tensorboard", action="store_true", help="log to TensorBoard")
     parser.add_argument("--tensorboard-log-dir", metavar="DIR", help="TensorBoard directory (default: RUN_DIR/tensorboard)")
     parser.add_argument("--checkpoint-steps", type=positive_int, metavar="N",
-                        help="checkpoint every N steps per agent (N >= 1)")
+                        help="checkpoint every N steps per agent (N >= 1); every run also saves one when "
+                             "it ends")
     parser.add_argument("--checkpoint-path", metavar="DIR", help="checkpoint folder (default: RUN_DIR/checkpoints)")
     parser.add_argument("--overwrite-checkpoints", action="store_true", help="keep only the latest checkpoint")
     parser.add_argument("--resume-from-checkpoint", metavar="PATH", help="continue an interrupted run")
@@ -240,7 +241,7 @@ def _train(args: argparse.Namespace, manifest: Any, backend: dict[str, Any], run
                 overwrite_checkpoints=args.overwrite_checkpoints,
                 wandb_api_key=args.wandb_api_key or os.environ.get("WANDB_API_KEY"),
                 wandb_kwargs={"dir": str(run_dir)} if args.wb else None,
-                csv_path=str(run_dir / "metrics.csv"), threads=args.threads,
+                csv_path=str(run_dir / "metrics.csv"), threads=args.threads, final_checkpoint=True,
             )
     except ManifestError as exc:  # a manifest problem only found when building the run (exit 2, no traceback)
         print(ManifestError(exc.issues, args.manifest).report(), file=sys.stderr)
@@ -278,7 +279,7 @@ def _train(args: argparse.Namespace, manifest: Any, backend: dict[str, Any], run
         print(f"where the time went (profile.json):\n{PROFILER.table()}")
     print(f"run directory: {run_dir}\nsummary: {run_dir / 'summary.json'}\n"
           f"best fitness {max(fitnesses):.2f} (agent {summary['elite_id']}), "
-          f"{summary['total_steps']} steps at {summary['steps_per_second']:.0f} steps/s")
+          f"{summary['total_steps']} steps of the whole population at {summary['steps_per_second']:.0f} steps/s")
     if summary.get("target_reached"):
         print(f"stopped: target score {manifest.training.target_score} reached at step "
               f"{summary.get('target_reached_at_step')}")

@@ -116,7 +116,8 @@ class TrainingSpec(Spec):
     eps_decay: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
     """Multiplicative epsilon decay per vector step (DQN-style algorithms; default 0.999)."""
     checkpoint_steps: PositiveInt | None = None
-    """Save a population checkpoint every this many steps per agent (off when null)."""
+    """Save a population checkpoint every this many steps per agent (off when null; `agile train`
+    also saves one when the run ends)."""
     checkpoint_path: PrintableStr | None = None
     """Directory for checkpoints (the run directory's `checkpoints/` when null)."""
     overwrite_checkpoints: bool = False

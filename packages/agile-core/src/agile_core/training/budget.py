@@ -83,6 +83,24 @@ class StepBudget:
         steps per member: the least any member took (the run ends once every member is through)."""
         return self.steps(min(vector_steps, default=0))
 
+    def projected_spent(self, population: Sequence[Any], spent: int = 0) -> int:
+        """The run's count of steps per member at its end, from `spent`, if no hyperparameter that
+        sets a generation's length changes (the progress bar's total when it counts per member)."""
+        per_generation = self.generation_steps([self.request(agent, spent) for agent in population])
+        if self.exhausted(spent) or per_generation <= 0:
+            return spent
+        if not self.trim_last:  # every generation the same
+            return spent + -(-(self.max_steps - spent) // per_generation) * per_generation
+        evo_steps, left = min(self.evo_steps, self.max_steps), self.max_steps - spent
+        if left >= evo_steps:  # the generations that still ask for all of evo_steps
+            spent += ((left - evo_steps) // per_generation + 1) * per_generation
+        while not self.exhausted(spent):  # then at most one trimmed generation
+            step = self.generation_steps([self.request(agent, spent) for agent in population])
+            if step <= 0:
+                break
+            spent += step
+        return spent
+
     def projected_total(self, population: Sequence[Any], spent: int = 0) -> int:
         """Steps of the whole population by the end of the run, from `spent` steps per member, if
         no hyperparameter that sets a generation's length changes (the progress bar's total)."""

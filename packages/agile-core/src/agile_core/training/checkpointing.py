@@ -111,6 +111,11 @@ def resolve_run_checkpoint(path: str | Path) -> Path:
         candidates = [p for p in (numbered, overwritten) if p is not None]
         if candidates:
             return max(candidates, key=lambda p: p.stat().st_mtime_ns)
+    if (target / "manifest.resolved.json").is_file():
+        raise CheckpointError(str(path), "this run directory holds no run checkpoint (a run saves one when it "
+                                         "ends or on Ctrl-C; this one was killed before that, came from an older "
+                                         "agile, or wrote them to --checkpoint-path): give that folder, or "
+                                         "RUN_DIR/elite")
     raise CheckpointError(str(path), "no complete checkpoint found here")
 
 

@@ -151,6 +151,7 @@ class GenerationLoop:
     data_parallel: DataParallel | None = None
     whole_rollouts: bool = False
     trim_last: bool = False
+    count_per_member: bool = False
     state: LoopState = field(default_factory=LoopState)
     fitnesses: list[float] = field(default_factory=list)
     stop_requested: bool = False
@@ -160,27 +161,32 @@ class GenerationLoop:
     def create(cls, population: list[Any], env: Any, phase: PhaseFn, algo: str, env_name: str, options: RunOptions,
                *, config: Mapping[str, Any], swap_channels: bool = False,
                buffers: Callable[[], Mapping[str, Any]] | None = None, whole_rollouts: bool = False,
-               trim_last: bool = False) -> GenerationLoop:
+               trim_last: bool = False, count_per_member: bool = False) -> GenerationLoop:
         """Build the loop, its reporter and checkpointer from a run's options (with an
         `accelerator`, only its main process reports and writes files). `config` is what the run
         logs as its configuration; `buffers` gives the memories a checkpoint saves;
-        `whole_rollouts` and `trim_last` shape the step budget (see :attr:`budget`)."""
+        `whole_rollouts` and `trim_last` shape the step budget (see :attr:`budget`);
+        `count_per_member` reports steps per member instead of the population's (see
+        :attr:`reported_steps`). A checkpointer exists when the options ask for periodic or final
+        checkpoints."""
         o = options
         data_parallel = DataParallel.of(o.accelerator)
         main = data_parallel is None or data_parallel.is_main
-        reporter = TrainingReporter(total_steps=o.max_steps * len(population), desc=f"{algo} {env_name}",
+        total = o.max_steps if count_per_member else o.max_steps * len(population)
+        reporter = TrainingReporter(total_steps=total, desc=f"{algo} {env_name}",
                                     verbose=o.verbose and main, wb=o.wb and main, tensorboard=o.tensorboard and main,
                                     tensorboard_log_dir=o.tensorboard_log_dir, wandb_api_key=o.wandb_api_key,
                                     wandb_kwargs=o.wandb_kwargs, config=dict(config),
                                     csv_path=o.csv_path if main else None)
         checkpointer = RunCheckpointer(o.checkpoint_path or "checkpoints", o.checkpoint, o.overwrite_checkpoints,
-                                       save_buffers=buffers is not None) if o.checkpoint and main else None
+                                       save_buffers=buffers is not None) \
+            if (o.checkpoint or o.final_checkpoint) and main else None
         return cls(population=list(population), env=env, phase=phase, max_steps=o.max_steps, evo_steps=o.evo_steps,
                    reporter=reporter, eval_steps=o.eval_steps, eval_loop=o.eval_loop, target=o.target,
                    selection=o.selection, mutation=o.mutation, checkpointer=checkpointer,
                    interrupt_path=o.checkpoint_path, save_elite=o.save_elite, elite_path=o.elite_path,
                    swap_channels=swap_channels, buffers=buffers, env_seed=o.seed, data_parallel=data_parallel,
-                   whole_rollouts=whole_rollouts, trim_last=trim_last)
+                   whole_rollouts=whole_rollouts, trim_last=trim_last, count_per_member=count_per_member)
 
     def train(self, resume_from_checkpoint: str | Path | None = None,
               load_buffers: Callable[[Mapping[str, Any]], None] | None = None) -> tuple[list[Any], list[float]]:
@@ -197,10 +203,15 @@ class GenerationLoop:
             import torch
 
             torch.manual_seed(self.env_seed)
-        self.reporter.expect(self.state.total_steps + self.budget.projected_total(self.population,
-                                                                                  self.state.agent_steps))
+        self.reporter.expect(self._expected_steps())
         with self.reporter, self._data_parallel_steps():
             return self.run()
+
+    def _expected_steps(self) -> int:
+        """The progress bar's total, in the unit of :attr:`reported_steps`."""
+        if self.count_per_member:
+            return self.budget.projected_spent(self.population, self.state.agent_steps)
+        return self.state.total_steps + self.budget.projected_total(self.population, self.state.agent_steps)
 
     def _data_parallel_steps(self) -> contextlib.AbstractContextManager[Any]:
         return self.data_parallel.active() if self.data_parallel is not None else contextlib.nullcontext()
@@ -254,7 +265,7 @@ class GenerationLoop:
                 f"spends training.max_steps ({self.max_steps:,}); raise max_steps to train further")
         if self.checkpointer is not None:
             self.checkpointer.start_from(self.state.agent_steps)
-        self.reporter.resume_at(self.global_steps)
+        self.reporter.resume_at(self.reported_steps)
         evolution = run.evolution if isinstance(run.evolution, dict) else {}
         with rebuilding(run.path, "evolution.selection"):
             if self.selection is not None and evolution.get("selection") is not None:
@@ -278,22 +289,25 @@ class GenerationLoop:
                 self.state.phase_results = []
                 with PROFILER.evaluate:
                     self._seed_env(len(self.population))
-                    self.fitnesses = self.divergence.check(self.population, self._evaluate(), self.global_steps)
+                    self.fitnesses = self.divergence.check(self.population, self._evaluate(), self.reported_steps)
                 self.state.agent_steps += budget.generation_steps(self.state.slot_progress)
                 self.state.total_steps += budget.steps(sum(self.state.slot_progress))
                 self.state.generation += 1
                 self.state.slot_progress = [0] * len(self.population)
                 done = (self.budget.exhausted(self.state.agent_steps) or self.stop_requested
                         or target_reached(self.fitnesses, self.target))
-                with PROFILER.evolve:
-                    evolution = None if done else self._evolve()
-                if self.is_main:
+                if self.is_main:  # the population as evaluated, before evolution changes any member
                     with PROFILER.log:
-                        self.reporter.log_generation(self.global_steps, self.state.generation, self.population,
-                                                     self.fitnesses, evolution)
+                        self.reporter.log_generation(self.reported_steps, self.state.generation, self.population,
+                                                     self.fitnesses, population_steps=self.global_steps)
                     with PROFILER.checkpoint:
                         self._save_elite()
+                with PROFILER.evolve:
+                    evolution = None if done else self._evolve()
                 if evolution is not None:
+                    if self.is_main:
+                        with PROFILER.log:
+                            self.reporter.log_evolution(self.reported_steps, evolution)
                     self.population = evolution.population
                     if self.on_evolved is not None:
                         self.on_evolved(evolution)
@@ -308,6 +322,19 @@ class GenerationLoop:
     def global_steps(self) -> int:
         """Steps the whole population took (finished generations plus this one's progress)."""
         return self.state.total_steps + self.budget.steps(sum(self.state.slot_progress))
+
+    @property
+    def member_steps(self) -> int:
+        """Steps per member: the finished generations' count plus the furthest slot's progress in
+        this one (what checkpoints are named by)."""
+        return self.state.agent_steps + self.budget.steps(max(self.state.slot_progress or [0]))
+
+    @property
+    def reported_steps(self) -> int:
+        """The step the progress bar, the metrics and the history show: :attr:`member_steps` when
+        the loop counts per member (LLM loops, whose members learn in lockstep), else
+        :attr:`global_steps`."""
+        return self.member_steps if self.count_per_member else self.global_steps
 
     def _evolve(self) -> EvolutionResult:
         """Select and mutate; data-parallel, the main process does and sends the result to the others."""
@@ -366,7 +393,7 @@ class GenerationLoop:
                 result = self.phase(slot, agent, remaining, lambda: guard.urgent)
                 self.state.slot_progress[slot] += result.vector_steps
                 self.state.phase_results.append(result)
-            self.reporter.advance(self.global_steps)
+            self.reporter.advance(self.reported_steps)
             if guard.requested:
                 self._interrupt()
 
@@ -379,7 +406,7 @@ class GenerationLoop:
             for slot, result in enumerate(results):
                 self.state.slot_progress[slot] += result.vector_steps
             self.state.phase_results.extend(results)
-        self.reporter.advance(self.global_steps)
+        self.reporter.advance(self.reported_steps)
         if guard.requested:
             self._interrupt()
 
@@ -404,7 +431,7 @@ class GenerationLoop:
             else RunCheckpointer(self.interrupt_path or "checkpoints", save_buffers=self.buffers is not None)
         path = self.save(target)
         self.reporter.close()
-        raise TrainingInterrupted(path, self.global_steps)
+        raise TrainingInterrupted(path, self.member_steps, total_steps=self.global_steps)
 
     def save(self, checkpointer: RunCheckpointer) -> Path | None:
         """Checkpoint the run now (at a generation boundary or an interrupt), named by the steps
@@ -416,8 +443,7 @@ class GenerationLoop:
             "mutation": self.mutation.state_dict() if self.mutation is not None else None,
         }
         buffers = dict(self.buffers()) if self.buffers is not None else None
-        step = self.state.agent_steps + self.budget.steps(max(self.state.slot_progress or [0]))
-        return checkpointer.save(step, self.population, evolution, self.state.to_dict(), buffers)
+        return checkpointer.save(self.member_steps, self.population, evolution, self.state.to_dict(), buffers)
 
     def _report_training(self, results: list[PhaseResult]) -> None:
         returns = [r for result in results for r in result.episodic_returns]
@@ -426,7 +452,7 @@ class GenerationLoop:
         for result in results:
             for name, values in result.losses.items():
                 losses.setdefault(name, []).extend(values)
-        self.reporter.log_training(self.global_steps, returns, lengths, losses)
+        self.reporter.log_training(self.reported_steps, returns, lengths, losses)
 
     def _save_elite(self) -> None:
         if not self.save_elite or not self.fitnesses:

@@ -19,13 +19,18 @@ INTERRUPTED_EXIT_CODE = 130
 
 
 class TrainingInterrupted(KeyboardInterrupt):
-    """Training stopped by Ctrl-C after saving a resumable checkpoint at `checkpoint_path`."""
+    """Training stopped by Ctrl-C after saving a resumable checkpoint at `checkpoint_path`.
 
-    def __init__(self, checkpoint_path: Path | None, step: int) -> None:
+    `step` counts the steps per agent (what the checkpoint is named by); `total_steps`, when
+    given, the steps of the whole population."""
+
+    def __init__(self, checkpoint_path: Path | None, step: int, total_steps: int | None = None) -> None:
         self.checkpoint_path = checkpoint_path
         self.step = step
+        self.total_steps = total_steps
         where = f"; resumable checkpoint saved at {checkpoint_path}" if checkpoint_path else ""
-        super().__init__(f"training interrupted at step {step}{where}")
+        total = f" ({total_steps:,} for the whole population)" if total_steps not in (None, step) else ""
+        super().__init__(f"training interrupted at step {step:,} per agent{total}{where}")
 
     def resume_hint(self, manifest: str | None = None) -> str:
         """How to continue the run."""

@@ -47,6 +47,10 @@ class RunOptions:
     """Save a run checkpoint every this many steps per member (None: no periodic checkpoints)."""
     checkpoint_path: str | None = None
     """Folder for checkpoints (None: ``checkpoints``); Ctrl-C also saves there."""
+    final_checkpoint: bool = False
+    """Also save a run checkpoint when the run ends (budget spent, target reached or out of
+    time), with or without periodic ones, so every finished run can be evaluated and continued
+    (``agile train`` sets it)."""
     overwrite_checkpoints: bool = False
     """Keep only the latest checkpoint."""
     save_elite: bool = False
@@ -110,7 +114,8 @@ class RunOptions:
                       tensorboard: bool = False, tensorboard_log_dir: str | None = None,
                       checkpoint_steps: int | None = None, checkpoint_path: str | None = None,
                       overwrite_checkpoints: bool = False, wandb_api_key: str | None = None,
-                      wandb_kwargs: dict[str, Any] | None = None, csv_path: str | None = None) -> RunOptions:
+                      wandb_kwargs: dict[str, Any] | None = None, csv_path: str | None = None,
+                      final_checkpoint: bool = False) -> RunOptions:
         """The options of a manifest run: the step counts, target, seed and checkpoint settings of
         its `training` section (a run argument given here wins over the section's), the
         algorithm's hyperparameters and, when evolving, the resolved mutation section as logged
@@ -121,7 +126,7 @@ class RunOptions:
             max_steps=training.max_steps, evo_steps=manifest.evo_steps, eval_steps=training.eval_steps,
             eval_loop=training.eval_loop, target=training.target_score, selection=selection, mutation=mutation,
             checkpoint=checkpoint_steps or training.checkpoint_steps,
-            checkpoint_path=checkpoint_path or training.checkpoint_path,
+            checkpoint_path=checkpoint_path or training.checkpoint_path, final_checkpoint=final_checkpoint,
             overwrite_checkpoints=overwrite_checkpoints or training.overwrite_checkpoints, save_elite=save_elite,
             elite_path=elite_path, wb=wb, tensorboard=tensorboard, tensorboard_log_dir=tensorboard_log_dir,
             verbose=verbose, wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs, csv_path=csv_path,

@@ -28,8 +28,9 @@ class TrainingReporter:
     """What a single-agent training loop reports, under the stable metric names.
 
     Builds the :class:`~agile_core.logging.MetricsLogger` (TensorBoard / W&B per the loop's
-    arguments) and logs the run `config` once; shows a :class:`ProgressBar` over the population's
-    global steps and prints the generation table when `verbose`. Use as a context manager, or
+    arguments) and logs the run `config` once; shows a :class:`ProgressBar` over the loop's steps
+    (the population's, or one member's where the loop counts per member) and prints the
+    generation table when `verbose`. Use as a context manager, or
     call :meth:`close`.
 
     With a `csv_path`, each evaluated generation is also appended to a :class:`GenerationHistory`
@@ -83,7 +84,8 @@ class TrainingReporter:
             self.progress.total = int(total_steps)
 
     def advance(self, global_steps: int) -> None:
-        """Move the progress bar to `global_steps` (environment steps of the whole population)."""
+        """Move the progress bar to `global_steps` (the loop's count: the whole population's steps,
+        or a member's in loops that count per member)."""
         self.progress.set(global_steps)
 
     def log_training(self, global_steps: int, episodic_returns: Sequence[float],
@@ -100,8 +102,12 @@ class TrainingReporter:
         self.logger.log_scalars(global_steps, metrics)
 
     def log_generation(self, global_steps: int, generation: int, population: Sequence[Any],
-                       fitnesses: Sequence[float], evolution: EvolutionResult | None = None) -> None:
-        """Fitness, hyperparameters and throughput of an evaluated generation, then its evolution."""
+                       fitnesses: Sequence[float], evolution: EvolutionResult | None = None, *,
+                       population_steps: int | None = None) -> None:
+        """Fitness, hyperparameters and throughput of an evaluated generation, then its evolution
+        when given (call it before evolving: evolution relabels and may change members in place).
+        `global_steps` is the step everything is logged at; `population_steps` (default: the
+        same) the whole population's steps, logged as ``perf/global_steps``."""
         self.best_fitness = max([self.best_fitness, *(f for f in fitnesses if not math.isnan(f))])
         elapsed = max(time.monotonic() - self._start, 1e-9)
         self.logger.log_population(global_steps, {a.index: f for a, f in zip(population, fitnesses, strict=True)},
@@ -110,7 +116,7 @@ class TrainingReporter:
             metric_names.EVAL_MEAN_RETURN: float(np.mean(fitnesses)),
             metric_names.EVAL_BEST_FITNESS: self.best_fitness,
             metric_names.HPO_GENERATION: generation,
-            metric_names.PERF_GLOBAL_STEPS: global_steps,
+            metric_names.PERF_GLOBAL_STEPS: global_steps if population_steps is None else population_steps,
             metric_names.PERF_STEPS_PER_SECOND: (global_steps - self._start_step) / elapsed,
         })
         if self.history is not None:
@@ -121,10 +127,14 @@ class TrainingReporter:
             mutable = sorted(getattr(population[0], "hp_config", None) or {}) if population else []
             print_generation_table(rows, generation=generation, hyperparameters=mutable)  # only what can change
         if evolution is not None:
-            for child, parent in evolution.parents.items():
-                self.logger.log_lineage(global_steps, parent, child)
-            for index, description in evolution.mutations.items():
-                self.logger.log_mutation(global_steps, index, description)
+            self.log_evolution(global_steps, evolution)
+
+    def log_evolution(self, global_steps: int, evolution: EvolutionResult) -> None:
+        """The lineage and mutation events of one evolution step."""
+        for child, parent in evolution.parents.items():
+            self.logger.log_lineage(global_steps, parent, child)
+        for index, description in evolution.mutations.items():
+            self.logger.log_mutation(global_steps, index, description)
 
     def close(self) -> None:
         """Finish the progress bar and close the logger's backends."""
