@@ -50,7 +50,9 @@ def evaluate_checkpoint(path: str | Path, manifest: str | Path | Mapping[str, An
         manifest: The training manifest (YAML/JSON path, dict or ``TrainingManifest``): its
             ``environment`` section gives the dataset, reward or environment. None: the
             ``manifest.resolved.json`` of the run directory the checkpoint sits in.
-        episodes: Rollout algorithms: evaluation episodes (default: every held-out prompt).
+        episodes: Rollout algorithms: evaluation episodes (default: the manifest's
+            ``environment.eval_episodes``, else every held-out prompt, i.e. the environment's
+            ``num_test``, else 1).
             Dataset algorithms always use the whole test split.
         device: Torch device of the agents.
         member: Of a run checkpoint, evaluate only the member in this population slot.
@@ -110,7 +112,8 @@ def evaluate_agent(agent: Any, manifest: Any, *, episodes: int | None = None, da
     result: dict[str, Any] = {"algorithm": type(agent).__name__, "paradigm": paradigm, "agent_id": int(agent.index),
                               "steps": int(agent.steps), "base_model": agent.base.reference, "split": "test"}
     if paradigm == ROLLOUT:
-        result.update(_rollout_metrics(agent, data.rollout_factory(agent), episodes, spec.environment.max_reward))
+        count = episodes if episodes is not None else spec.environment.eval_episodes
+        result.update(_rollout_metrics(agent, data.rollout_factory(agent), count, spec.environment.max_reward))
     else:
         if episodes is not None:
             raise EvaluationError(f"episodes applies to rollout algorithms; {type(agent).__name__} is evaluated on "
@@ -265,7 +268,7 @@ def _validated(manifest: Any, source: str | None, run_manifest: bool = False) ->
             parsed = read_manifest_file(manifest)
             if run_manifest and isinstance(parsed.data, dict) and isinstance(parsed.data.get("algorithm"), dict):
                 parsed.data["algorithm"] = {k: v for k, v in parsed.data["algorithm"].items() if v != REDACTED}
-            spec = validate_source(parsed)
+            spec = validate_source(parsed, emit_warnings=False)  # only its environment section is used
         else:
             spec = TrainingManifest.get_validated(manifest)
     except ManifestError as error:

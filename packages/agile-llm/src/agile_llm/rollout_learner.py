@@ -231,9 +231,11 @@ class RolloutLearner(LoRAFinetuner):
     # ------------------------------------------------------------------ evaluation
     def evaluate_episodes(self, env_factory: Callable[[], RolloutHarness],
                           episodes: int | None = None) -> list[Episode]:
-        """Greedy episodes on the held-out prompts (every one the environment has, else `episodes`)."""
+        """`episodes` greedy episodes on the held-out split (seeds 0, 1, ...); None: the text
+        environment's ``num_test`` (every held-out prompt of a dataset), else 1."""
         probe = env_factory()
-        count = int(episodes if episodes is not None else getattr(probe.env, "num_test", 1))
+        num_test = getattr(probe.env, "num_test", None)
+        count = int(episodes if episodes is not None else num_test if num_test is not None else 1)
         harnesses = [probe] + [env_factory() for _ in range(count - 1)]
         return run_episodes(harnesses, list(range(count)), self.generator(greedy=True), self.max_new_tokens,
                             options={"split": "test"})

@@ -29,7 +29,7 @@ from agile_core.training.population import record_losses
 from agile_core.training.profiling import PROFILER
 from agile_llm.rollout import Episode, RolloutHarness
 from agile_llm.rollout_learner import RolloutLearner
-from agile_llm.training import check_resume_base
+from agile_llm.training import check_resume_base, warn_unusable_mutations
 
 __all__ = ["CompletionLoggingConfig", "RolloutSettings", "run_llm_rollout", "train_llm_rollout"]
 
@@ -62,9 +62,14 @@ class RolloutSettings:
     """Stop at the end of the generation in which this much wall time passed."""
     completion_logging: CompletionLoggingConfig | None = None
     """Samples of evaluation episodes to write (None: none)."""
+    eval_episodes: int | None = None
+    """Greedy evaluation episodes per member per evaluation pass (None: the environment's
+    ``num_test``, else 1)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "max_turns", positive_int("max_turns", self.max_turns))
+        if self.eval_episodes is not None:
+            object.__setattr__(self, "eval_episodes", positive_int("eval_episodes", self.eval_episodes))
 
 
 class _Source:
@@ -119,6 +124,7 @@ def train_llm_rollout(
     mut_p: dict[str, Any] | None = None,
     env_name: str = "rollout",
     accelerator: Any = None,
+    eval_episodes: int | None = None,
 ) -> tuple[list[Any], list[float]]:
     """Train a population of rollout agents (GRPO, LLMPPO or LLMREINFORCE) on episodes from
     `env_factory`.
@@ -152,6 +158,8 @@ def train_llm_rollout(
         accelerator: An ``accelerate.Accelerator`` for data-parallel training over processes
             (``accelerate launch``): gradients averaged over the processes, decisions and files
             on the main process (docs/distributed.md).
+        eval_episodes: Greedy episodes of each evaluation pass (seeds 0, 1, ... on the test
+            split); None: the text environment's ``num_test`` attribute, else 1.
 
     Returns:
         The population after its last evaluation and each member's fitness from it.
@@ -159,7 +167,7 @@ def train_llm_rollout(
     settings = RolloutSettings(
         max_turns=max_turns, max_reward=max_reward, io_timeout_s=io_timeout_s, max_wall_seconds=max_wall_seconds,
         completion_logging=(CompletionLoggingConfig(**completion_logging) if isinstance(completion_logging, Mapping)
-                            else completion_logging))
+                            else completion_logging), eval_episodes=eval_episodes)
     generation = positive_int("evo_steps" if evo_steps is not None else "evaluation_interval",
                               evo_steps if evo_steps is not None else evaluation_interval)
     options = RunOptions.of_call(locals(), "train_llm_rollout", evo_steps=generation, checkpoint=checkpoint_steps,
@@ -177,6 +185,7 @@ def run_llm_rollout(pop: list[Any], env_factory: Callable[[], RolloutHarness], e
     if not all(isinstance(agent, RolloutLearner) for agent in pop) or len({type(a) for a in pop}) != 1:
         raise TypeError("train_llm_rollout trains a population of agile_llm rollout agents (GRPO, LLMPPO or "
                         "LLMREINFORCE; one algorithm)")
+    warn_unusable_mutations(options.mutation)
     options = replace(options, checkpoint_path=options.checkpoint_path or options.elite_path, eval_steps=None)
     max_turns, logging, eval_loop = settings.max_turns, settings.completion_logging, options.eval_loop
     max_wall_seconds, max_reward, verbose = settings.max_wall_seconds, settings.max_reward, options.verbose
@@ -226,7 +235,7 @@ def run_llm_rollout(pop: list[Any], env_factory: Callable[[], RolloutHarness], e
         for agent in agents:
             episodes: list[Episode] = []
             for _ in range(eval_loop):
-                episodes.extend(agent.evaluate_episodes(factory))
+                episodes.extend(agent.evaluate_episodes(factory, settings.eval_episodes))
             fitness = float(np.mean([e.reward for e in episodes]))
             agent.fitness.append(fitness)
             fitnesses.append(fitness)
@@ -237,7 +246,7 @@ def run_llm_rollout(pop: list[Any], env_factory: Callable[[], RolloutHarness], e
         return fitnesses
 
     loop = GenerationLoop.create(pop, source, lambda slot, agent, steps, stop: learn([agent], [steps], stop)[0],
-                                 algo, env_name, options, config=config, trim_last=True)
+                                 algo, env_name, options, config=config, trim_last=True, count_per_member=True)
     loop.batch_population(learn, evaluate, source, envs_per_agent=1)
     return loop.train(options.resume_from_checkpoint)
 

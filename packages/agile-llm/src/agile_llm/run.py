@@ -92,9 +92,10 @@ class RolloutSource:
         self.tokenizer: Any = None
         if spec.entrypoint is not None:
             try:
-                self.make_text_env = load_env_factory(spec.entrypoint, base_dir)
+                self.make_text_env = load_env_factory(spec.entrypoint, base_dir, **spec.config)
             except (ImportError, AttributeError, ValueError, FileNotFoundError) as error:
                 raise ManifestError([ManifestIssue(("environment", "entrypoint"), str(error))]) from error
+            self._check_config()
             return
         try:
             reward_fn = load_reward_fn(str(spec.reward_file_path), spec.reward_fn_name, base_dir)
@@ -112,6 +113,17 @@ class RolloutSource:
         except (DatasetError, ValueError) as error:
             raise ManifestError([ManifestIssue(("environment", "dataset"), str(error))]) from error
         self.make_text_env = lambda: _copy_env(env)
+
+    def _check_config(self) -> None:
+        """Build one environment now, so that keyword arguments the entrypoint does not take are
+        a ManifestError on ``environment.config`` rather than a failure in the first rollout."""
+        try:
+            self.make_text_env()
+        except TypeError as error:
+            if "argument" not in str(error):
+                raise
+            raise ManifestError([ManifestIssue(("environment", "config"), f"{self.spec.entrypoint} cannot be called "
+                                               f"with these keyword arguments: {error}", self.spec.config)]) from error
 
     def reset(self, seed: int | None = None, **_: Any) -> None:
         """Nothing to reset (the loop reseeds torch itself)."""
@@ -197,10 +209,9 @@ def rollout_run_loop(manifest: TrainingManifest, env: RolloutSource, population:
                      device: str) -> tuple[list[Any], list[float]]:
     """Paradigm hook ``run_loop`` of the rollout paradigm:
     :func:`~agile_llm.rollout_training.run_llm_rollout` with the environment section's turns,
-    solved reward and I/O deadline (`eval_steps` does not apply: evaluation runs every held-out
-    prompt)."""
+    solved reward, I/O deadline and evaluation episodes (`eval_steps` does not apply)."""
     from agile_llm.rollout_training import RolloutSettings, run_llm_rollout
 
     settings = RolloutSettings(max_turns=env.spec.max_turns, max_reward=env.spec.max_reward,
-                               io_timeout_s=env.spec.io_timeout_s)
+                               io_timeout_s=env.spec.io_timeout_s, eval_episodes=env.spec.eval_episodes)
     return run_llm_rollout(population, env.factory, manifest.environment.name, options, settings)

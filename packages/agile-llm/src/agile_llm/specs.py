@@ -13,7 +13,8 @@ middle ground, batches of 8 fit a 0.5B model on one consumer GPU at 512 tokens.
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -112,6 +113,9 @@ class _LLMSpec(AlgorithmSpec):
 
     mutable_by_default: ClassVar[tuple[str, ...]] = ("lr",)
     default_evo_steps: ClassVar[int] = 50
+    mutation_operators: ClassVar[frozenset[str] | None] = frozenset({"no_mut", "rl_hp_mut"})
+    """Members are LoRA adapters on a fixed pretrained model: no architecture, activation or
+    weight-noise mutation, so those weights resolve to 0."""
 
 
 class SFTSpec(_LLMSpec):
@@ -319,7 +323,15 @@ class LLMRolloutEnvSpec(EnvSpec):
     """Name of ``reward_fn(completion, answer, prompt) -> float`` in ``reward_file_path``."""
     entrypoint: str | None = None
     """Multi-turn: ``module:attr`` (module may be a ``.py`` file relative to the manifest) of a
-    text environment class or zero-argument factory; replaces ``dataset``."""
+    text environment class or factory, called with ``config`` as keyword arguments for every
+    episode; replaces ``dataset``."""
+    config: dict[str, Any] = Field(default_factory=dict)
+    """Multi-turn: keyword arguments of the ``entrypoint`` class or factory (as the Gymnasium and
+    PettingZoo sections' ``config``)."""
+    eval_episodes: PositiveInt | None = None
+    """Greedy evaluation episodes per member per evaluation (reset with seeds 0, 1, ... and
+    ``options={"split": "test"}``). Null: the environment's ``num_test`` attribute when it has
+    one (a dataset: its held-out rows), else 1."""
     max_turns: PositiveInt = 1
     """Policy turns per episode at most."""
     chat_template: bool = False
@@ -346,3 +358,28 @@ class LLMRolloutEnvSpec(EnvSpec):
         if self.prompt_template is not None and "{prompt}" not in self.prompt_template:
             raise field_error("prompt_template", "must contain the placeholder {prompt}")
         return self
+
+    def field_warnings(self) -> list[tuple[tuple[str | int, ...], str, Any]]:
+        """``config`` with a dataset (it configures an ``entrypoint`` environment) is not used."""
+        warnings = super().field_warnings()
+        if self.config and self.entrypoint is None:
+            warnings.append((("config",), "only used with entrypoint (multi-turn); ignored with a dataset",
+                             self.config))
+        return warnings
+
+    def file_issues(self, base_dir: Path) -> list[tuple[tuple[str, ...], str, Any]]:
+        """A reward function or environment attribute that the named file or module does not
+        define (read without running it; files and modules that cannot be found or read are
+        left to training)."""
+        from agile_llm.source_check import missing_attribute
+
+        issues: list[tuple[tuple[str, ...], str, Any]] = []
+        if (self.reward_file_path is not None and self.dataset is not None
+                and missing_attribute(self.reward_file_path, self.reward_fn_name, base_dir)):
+            issues.append((("reward_fn_name",), f"{self.reward_file_path} has no function {self.reward_fn_name!r}",
+                           self.reward_fn_name))
+        if self.entrypoint is not None:
+            module, _, attr = self.entrypoint.rpartition(":")
+            if module and attr and missing_attribute(module, attr, base_dir):
+                issues.append((("entrypoint",), f"{module} has no attribute {attr!r}", self.entrypoint))
+        return issues

@@ -6,6 +6,8 @@
 * :func:`number_rows` / :func:`preference_rows`: a deterministic task (number words to digits:
   ``"two seven"`` -> ``"2 7"``) as SFT rows and as DPO pairs (rejected: one digit wrong);
 * :func:`answer_rows` / :func:`digit_reward`: the same task for rollouts (GRPO), with its reward;
+* :class:`NumberDialogueEnv`: the same task as a multi-turn text environment (one number word
+  per turn, each answer scored by :func:`digit_reward`);
 * :func:`write_tiny` writes all of it to a folder (what ``configs/llm/make_tiny.py`` runs).
 """
 
@@ -16,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["answer_rows", "build_model", "build_tokenizer", "digit_reward", "number_rows", "preference_rows",
+__all__ = ["NumberDialogueEnv", "answer_rows", "build_model", "build_tokenizer", "digit_reward", "number_rows", "preference_rows",
            "write_tiny"]
 
 WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
@@ -41,6 +43,57 @@ def digit_reward(completion: str, answer: str, prompt: str = "") -> float:
     if not text or not text[0].isdigit():
         return 0.0
     return 1.0 if text[0] == answer.strip()[:1] else 0.5
+
+
+class NumberDialogueEnv:
+    """The number task as a multi-turn text environment: the first observation names a number
+    word (``"seven ="``), each policy turn answers it and earns :func:`digit_reward` against that
+    word's digit, and the feedback names the next word (``" two ="``) until `turns` words are
+    answered. An episode is one sequence of `turns` digits: ``reset(seed)`` picks the sequence
+    ``seed`` (modulo the split's size) of the training split, or of the held-out split with
+    ``options={"split": "test"}``; ``num_test`` is the held-out split's size.
+
+    Args:
+        turns: Words per episode (policy turns), 1 to 4.
+        test_fraction: Share of the ``10 ** turns`` sequences held out for evaluation.
+        split_seed: Seed of the deterministic train/test split.
+    """
+
+    def __init__(self, turns: int = 2, test_fraction: float = 0.2, split_seed: int = 0) -> None:
+        import random
+
+        if not 1 <= int(turns) <= 4:
+            raise ValueError(f"turns must be 1 to 4, got {turns!r}")
+        if not 0.0 < float(test_fraction) < 1.0:
+            raise ValueError(f"test_fraction must lie in (0, 1), got {test_fraction!r}")
+        sequences = list(itertools.product(range(10), repeat=int(turns)))
+        random.Random(split_seed).shuffle(sequences)
+        held_out = min(max(1, round(test_fraction * len(sequences))), len(sequences) - 1)
+        self.test_sequences, self.train_sequences = sequences[:held_out], sequences[held_out:]
+        self.digits: tuple[int, ...] = ()
+        self.turn = 0
+
+    @property
+    def num_test(self) -> int:
+        """Held-out sequences (one evaluation episode each)."""
+        return len(self.test_sequences)
+
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> str:
+        """Start the sequence `seed` of the split in ``options["split"]`` (default ``train``)."""
+        split = (options or {}).get("split", "train")
+        sequences = self.test_sequences if split == "test" else self.train_sequences
+        self.digits, self.turn = sequences[int(seed or 0) % len(sequences)], 0
+        return f"{WORDS[self.digits[0]]} ="
+
+    def step(self, text: str) -> tuple[str | None, float, bool, bool, dict[str, Any]]:
+        """Score the answer to the current word; name the next one, or end the episode."""
+        if not self.digits:
+            raise RuntimeError("step() before reset()")
+        reward = digit_reward(text, str(self.digits[self.turn]))
+        self.turn += 1
+        if self.turn == len(self.digits):
+            return None, reward, True, False, {}
+        return f" {WORDS[self.digits[self.turn]]} =", reward, False, False, {}
 
 
 def preference_rows(length: int = 2, seed: int = 0) -> list[dict[str, str]]:

@@ -10,12 +10,14 @@ for SFT, preference accuracy for DPO), then selection and mutation.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from agile_core.checkpoint import inspect_checkpoint
+from agile_core.errors import RunWarning
 from agile_core.hpo.mutation import Mutations
 from agile_core.hpo.protocols import SelectionStrategy
 from agile_core.training.arguments import positive_int
@@ -58,6 +60,25 @@ def learn_phase(population: list[Any], env: DatasetEnv, steps: int,
     for result in results:
         result.vector_steps = done
     return results
+
+
+UNUSABLE_OPERATORS = ("arch_mut", "params_mut", "act_mut")
+"""Mutation operators LLM members cannot apply (fixed pretrained architecture and weights)."""
+
+
+def warn_unusable_mutations(mutation: Mutations | None) -> None:
+    """A RunWarning when `mutation` gives weight to operators LLM members cannot apply: a member
+    drawn for one of them stays unchanged (manifests resolve those weights to 0 instead)."""
+    if mutation is None:
+        return
+    from agile_core.hpo.mutation import OPERATORS
+
+    wasted = {op: float(p) for op, p in zip(OPERATORS, mutation.probabilities, strict=True)
+              if op in UNUSABLE_OPERATORS and p > 0}
+    if wasted:
+        warnings.warn(f"LLM members cannot apply {', '.join(wasted)}: a member drawn for them (probability "
+                      f"{sum(wasted.values()):.2f}) stays unchanged; give them 0 (Mutations(architecture=0, "
+                      "parameters=0, activation=0, ...))", RunWarning, stacklevel=3)
 
 
 def check_resume_base(checkpoint: str | Path, pop: list[Any]) -> None:
@@ -186,6 +207,7 @@ def run_llm_dataset(pop: list[Any], env: DatasetEnv, options: RunOptions) -> tup
     back to the elite's; `eval_steps` and `eval_loop` do not apply (evaluation is one pass over
     the test split)."""
     _bind(env, pop)
+    warn_unusable_mutations(options.mutation)
     options = replace(options, checkpoint_path=options.checkpoint_path or options.elite_path, eval_steps=None,
                       eval_loop=1)
     if options.resume_from_checkpoint is not None:
@@ -198,7 +220,8 @@ def run_llm_dataset(pop: list[Any], env: DatasetEnv, options: RunOptions) -> tup
     def phase(slot: int, agent: Any, steps: int, should_stop: Callable[[], bool]) -> PhaseResult:
         return learn_phase([agent], env, steps, should_stop)[0]
 
-    loop = GenerationLoop.create(pop, env, phase, algo, env.name, options, config=config, trim_last=True)
+    loop = GenerationLoop.create(pop, env, phase, algo, env.name, options, config=config, trim_last=True,
+                                 count_per_member=True)
 
     def learn(agents: list[Any], steps: list[int], should_stop: Callable[[], bool]) -> list[PhaseResult]:
         return learn_phase(agents, env, max(steps), should_stop)  # every member the same steps

@@ -10,7 +10,7 @@ from typing import Annotated, Any, ClassVar, Literal, get_args, get_origin
 from pydantic import Field, ValidationError
 
 from agile_core.specs._base import Spec
-from agile_core.specs.mutation import RLHyperparameter
+from agile_core.specs.mutation import MutationSpec, RLHyperparameter
 
 MAX_UPDATE_EPOCHS = 1000
 """Most passes over one batch of experience an algorithm may make (far above any published
@@ -43,6 +43,10 @@ class AlgorithmSpec(Spec):
     """Per-hyperparameter default mutation ranges overriding the generic [v/10, v*10] rule."""
     switches: ClassVar[frozenset[str]] = frozenset({"name", "cudagraphs"})
     """Fields that are not hyperparameters of the algorithm's constructor."""
+    mutation_operators: ClassVar[frozenset[str] | None] = None
+    """Mutation operators (`no_mut`, `arch_mut`, `params_mut`, `act_mut`, `rl_hp_mut`) this
+    algorithm's members can apply; None: all. The manifest's weights of the others resolve to 0,
+    and setting them draws a warning."""
 
     @classmethod
     def registered_name(cls) -> str:
@@ -82,8 +86,24 @@ class AlgorithmSpec(Spec):
 
     def section_warnings(self, sections: Mapping[str, Any]) -> list[tuple[tuple[str, ...], str, Any]]:
         """Like :meth:`section_issues`, for settings that are valid but cannot do what they say
-        (e.g. a warm-up longer than the budget): reported as warnings. None by default."""
-        return []
+        (e.g. a warm-up longer than the budget): reported as warnings. By default, the mutation
+        settings of operators outside :attr:`mutation_operators`."""
+        operators = type(self).mutation_operators
+        mutation = sections.get("mutation")
+        if operators is None or not isinstance(mutation, MutationSpec):
+            return []
+        algorithm = self.registered_name()
+        applied = ", ".join(sorted(operators - {"no_mut"})) or "nothing"
+        warnings = []
+        for path, value, operator in mutation.unusable_fields(operators):
+            if path[-1] == operator:
+                message = f"{algorithm} cannot apply {operator} (it mutates {applied} only); ignored, resolved to 0"
+            else:
+                message = f"only used by {operator}, which {algorithm} cannot apply; ignored"
+                if path[0] == "probabilities":
+                    message += ", resolved to 0"
+            warnings.append((("mutation", *path), message, value))
+        return warnings
 
     @classmethod
     def check_values(cls, values: Mapping[str, Any]) -> None:

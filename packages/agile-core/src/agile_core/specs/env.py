@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import Field, field_validator, model_validator
@@ -37,6 +38,12 @@ class EnvSpec(Spec):
     """Environment id (a registered id, or the name of a custom environment)."""
     num_envs: Annotated[int, Field(ge=1, le=65_536)] = 16
     """Sub-environments each agent steps in parallel (one vector environment per agent)."""
+
+    def file_issues(self, base_dir: Path) -> list[tuple[tuple[str, ...], str, Any]]:
+        """Problems with the files or modules this section names, found by reading them (never
+        running them) relative to the manifest's folder `base_dir`: one ``(path, message,
+        value)`` each, reported by validation with the line of the field. None by default."""
+        return []
 
 
 class CustomEnvSpec(EnvSpec):

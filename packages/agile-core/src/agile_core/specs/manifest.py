@@ -129,9 +129,13 @@ class TrainingManifest(Spec):
         return self.training.evo_steps or type(self.algorithm).default_evo_steps
 
     def resolved_mutation(self) -> MutationSpec:
-        """The mutation spec with `rl_hp_selection` filled from the algorithm's defaults and
-        `rand_seed` from `training.seed` when the section gives none."""
+        """The mutation spec with `rl_hp_selection` filled from the algorithm's defaults,
+        `rand_seed` from `training.seed` when the section gives none, and the weights of the
+        operators the algorithm cannot apply (`AlgorithmSpec.mutation_operators`) at 0."""
         mutation = self.mutation or MutationSpec()
+        operators = type(self.algorithm).mutation_operators
+        if operators is not None:
+            mutation = mutation.restricted_to(operators)
         if mutation.rl_hp_selection is None:
             mutation = mutation.model_copy(update={"rl_hp_selection": self.algorithm.default_rl_hp_selection()})
         if mutation.rand_seed is None and self.training.seed is not None:
@@ -150,8 +154,14 @@ class TrainingManifest(Spec):
         return self.replay_buffer or self.training.replay_buffer or ReplayBufferSpec()
 
     def to_dict(self) -> dict[str, Any]:
-        """Every field with its resolved value, in manifest form (YAML/JSON-ready)."""
-        return self.model_dump(mode="json", exclude_none=True)
+        """Every field with its resolved value, in manifest form (YAML/JSON-ready); the weights of
+        mutation operators the algorithm cannot apply at 0, as training uses them."""
+        data = self.model_dump(mode="json", exclude_none=True)
+        operators = type(self.algorithm).mutation_operators
+        if operators is not None and self.mutation is not None:
+            data["mutation"]["probabilities"] = self.mutation.probabilities.restricted_to(operators).model_dump(
+                mode="json")
+        return data
 
     def to_json(self) -> str:
         """The resolved manifest as JSON text, values of secret-like keys (`*api_key*`, `*token*`,
@@ -456,7 +466,8 @@ def _rl_hp_notes(out: dict[str, Any]) -> list[ManifestIssue]:
 def _check_paths(manifest: TrainingManifest, search_cwd: bool = True) -> list[ManifestIssue]:
     """Files the manifest names must exist: a relative path is looked up in the manifest's folder,
     then (with `search_cwd`) in the working directory, where a path found only there is made
-    absolute, so every reader finds the same file."""
+    absolute, so every reader finds the same file. Then the environment's own
+    :meth:`~agile_core.specs.env.EnvSpec.file_issues`."""
     env = manifest.environment
     issues = []
     for field in ("path", "features", "targets"):
@@ -470,6 +481,8 @@ def _check_paths(manifest: TrainingManifest, search_cwd: bool = True) -> list[Ma
             issues.append(ManifestIssue(("environment", field), f"file not found (looked in {places})", value))
         elif not (manifest.base_dir / FsPath(value).expanduser()).is_file():
             setattr(env, field, str(found))
+    issues.extend(ManifestIssue(("environment", *path), message, value)
+                  for path, message, value in env.file_issues(manifest.base_dir))
     return issues
 
 

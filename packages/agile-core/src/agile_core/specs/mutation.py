@@ -14,6 +14,13 @@ Weight = Annotated[float, Field(ge=0.0, le=MAX_WEIGHT)]
 bound keeps that sum finite (weights of 1e308 overflowed it and made every probability NaN)."""
 
 
+OPERATOR_FIELDS = ("no_mut", "arch_mut", "params_mut", "act_mut", "rl_hp_mut")
+"""The weights of the mutation operators, in `Mutations`' order."""
+
+PARAMS_MUT_FIELDS = ("mutation_sd", "amplified_gauss_param_mut", "random_reset_param_mut")
+"""`MutationSpec` fields that only `params_mut` reads."""
+
+
 class MutationProbabilities(Spec):
     """Relative weights of the mutation operators; one operator is applied per agent per generation.
 
@@ -38,6 +45,17 @@ class MutationProbabilities(Spec):
         if self.no_mut + self.arch_mut + self.params_mut + self.act_mut + self.rl_hp_mut <= 0:
             raise field_error("no_mut", "at least one of no_mut, arch_mut, params_mut, act_mut, rl_hp_mut must be > 0")
         return self
+
+    def restricted_to(self, operators: frozenset[str]) -> MutationProbabilities:
+        """These weights with every operator outside `operators` at 0 (and `new_layer` at 0 when
+        `arch_mut` is out); when nothing is left, `no_mut` alone."""
+        update: dict[str, float] = {name: 0.0 for name in OPERATOR_FIELDS if name not in operators}
+        if "arch_mut" not in operators:
+            update["new_layer"] = 0.0
+        restricted = self.model_copy(update=update)
+        if sum(getattr(restricted, name) for name in OPERATOR_FIELDS) <= 0:
+            restricted = restricted.model_copy(update={"no_mut": 1.0})
+        return restricted
 
     def operator_weights(self) -> dict[str, float]:
         """Normalised probability of each operator (no_mut, arch_mut, params_mut, act_mut, rl_hp_mut)."""
@@ -99,6 +117,29 @@ class MutationSpec(Spec):
     the parameter noise); agile does not implement it, so `true` is ignored with a warning."""
     dormant_threshold: Annotated[float, Field(ge=0.0)] | None = None
     """Dormancy threshold of `regrama_param_mut` (accepted, unused)."""
+
+    def restricted_to(self, operators: frozenset[str]) -> MutationSpec:
+        """This section with the weights of every operator outside `operators` at 0 (see
+        :meth:`MutationProbabilities.restricted_to`)."""
+        return self.model_copy(update={"probabilities": self.probabilities.restricted_to(operators)})
+
+    def unusable_fields(self, operators: frozenset[str]) -> list[tuple[tuple[str, ...], Any, str]]:
+        """``(path, value, operator)`` of each field this section sets explicitly that only an
+        `operator` outside `operators` uses: its weight (when above 0), `new_layer` (arch_mut's)
+        and the parameter-noise settings (params_mut's, when not at their defaults)."""
+        found: list[tuple[tuple[str, ...], Any, str]] = []
+        p = self.probabilities
+        for name in OPERATOR_FIELDS:
+            if name not in operators and name in p.model_fields_set and getattr(p, name) > 0:
+                found.append((("probabilities", name), getattr(p, name), name))
+        if "arch_mut" not in operators and "new_layer" in p.model_fields_set and p.new_layer > 0:
+            found.append((("probabilities", "new_layer"), p.new_layer, "arch_mut"))
+        if "params_mut" not in operators:
+            for name in PARAMS_MUT_FIELDS:
+                value = getattr(self, name)
+                if name in self.model_fields_set and value != type(self).model_fields[name].get_default():
+                    found.append(((name,), value, "params_mut"))
+        return found
 
     def field_warnings(self) -> list[tuple[tuple[str | int, ...], str, Any]]:
         """`regrama_param_mut` and `dormant_threshold` are not acted on."""
