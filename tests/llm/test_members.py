@@ -173,3 +173,22 @@ def test_a_name_not_in_the_cache_fails_offline_without_trying_the_network(monkey
         load_causal_lm("some-org/not-a-cached-model")
     assert seen == [True]
     assert constants.HF_HUB_OFFLINE is before
+
+
+def test_a_members_seed_fixes_its_adapters_initial_weights_and_leaves_torch_global_generator_alone() -> None:
+    """Two builds from the same seeds start from the same adapters (so a seeded run repeats); other
+    seeds give other adapters; torch's global generator is as it was after each build."""
+    def adapters(seeds: list[int]) -> list[dict[str, torch.Tensor]]:
+        model, tokenizer = tiny()
+        torch.manual_seed(123)
+        state = torch.get_rng_state()
+        pop = [SFT(model, tokenizer=tokenizer, lora_config=LORA, index=i, seed=seed) for i, seed in enumerate(seeds)]
+        assert torch.equal(torch.get_rng_state(), state)
+        return [_adapter(agent) for agent in pop]
+
+    first, again, other = adapters([0, 1]), adapters([0, 1]), adapters([5, 6])
+    for a, b, c in zip(first, again, other, strict=True):
+        lora_a = [key for key in a if "lora_A" in key]
+        assert lora_a and all(torch.equal(a[key], b[key]) for key in a)
+        assert not all(torch.equal(a[key], c[key]) for key in lora_a)
+    assert not all(torch.equal(first[0][key], first[1][key]) for key in first[0] if "lora_A" in key)

@@ -86,7 +86,8 @@ class LoRAFinetuner(LLMAlgorithm):
         self.max_length = int(max_length)
         self.max_grad_norm = None if max_grad_norm is None else float(max_grad_norm)
         self.rng = np.random.default_rng(seed)
-        self.adapter_name = self.base.new_adapter()
+        with _seeded_torch(seed):  # peft draws the new adapter's weights from torch's global generator
+            self.adapter_name = self.base.new_adapter()
         weakref.finalize(self, self.base.release, self.adapter_name)
         self.adapter = AdapterView(self.base.adapter_parameters(self.adapter_name))
         self.reference = reference
@@ -287,3 +288,15 @@ def generate_greedy(agent: LoRAFinetuner, prompts: Sequence[list[int]], max_new_
                          max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=int(pad),
                          eos_token_id=tokenizer.eos_token_id)
     return [tokenizer.decode(row[width:], skip_special_tokens=True) for row in out.tolist()]
+
+
+@contextlib.contextmanager
+def _seeded_torch(seed: int | None) -> Iterator[None]:
+    """Torch's global CPU generator seeded with `seed` inside, and as it was again after (None:
+    left as it is)."""
+    if seed is None:
+        yield
+        return
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
