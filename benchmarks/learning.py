@@ -74,8 +74,12 @@ started = time.perf_counter()
 population, fitnesses = LocalTrainer.from_manifest(manifest).train(verbose=False, csv_path=metrics)
 wall = time.perf_counter() - started
 pop_size = manifest.training.pop_size
-curve = [[int(row["step"]) // pop_size, float(row["value"])]
-         for row in csv.DictReader(open(metrics)) if row["name"] == "hpo/best_fitness"]
+rows = list(csv.DictReader(open(metrics)))
+# the `step` column is the population's total in the RL loops and per member in the LLM loops;
+# perf/global_steps is the population's total in every loop
+total_at = {row["step"]: int(float(row["value"])) for row in rows if row["name"] == "perf/global_steps"}
+curve = [[total_at.get(row["step"], int(row["step"])) // pop_size, float(row["value"])]
+         for row in rows if row["name"] == "hpo/best_fitness"]
 target = manifest.training.target_score
 print(json.dumps({"curve": curve, "threshold": threshold, "wall_s": round(wall, 2),
                   "target_reached": target is not None and min(fitnesses) >= target,
