@@ -180,8 +180,9 @@ def wait_for(condition: object, timeout: float, what: str, interval: float = 0.2
 
 @pytest.fixture
 def isolated_settings(tmp_path, monkeypatch) -> None:
-    """No key or URL from the environment; a credentials file of the test's own."""
-    for name in ("AGILE_ARENA_API_KEY", "ARENA_API_KEY", "AGILE_ARENA_URL"):
+    """No key, URL or credentials file from the machine running the tests; a credentials file of
+    the test's own."""
+    for name in ("AGILE_ARENA_API_KEY", "ARENA_API_KEY", "AGILE_ARENA_URL", "XDG_CONFIG_HOME"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AGILE_ARENA_CONFIG", str(tmp_path / "config" / "arena.json"))
 

@@ -41,12 +41,7 @@ EXPERIMENT = {"id": "exp1", "name": None, "project": None, "resource_id": "local
               "algorithm": "PPO", "environment": "CartPole-v1", "error": None}
 
 
-@pytest.fixture(autouse=True)
-def _isolated_settings(tmp_path, monkeypatch):
-    """No key, URL or credentials file from the machine running the tests."""
-    for name in ("AGILE_ARENA_API_KEY", "ARENA_API_KEY", "AGILE_ARENA_URL", "XDG_CONFIG_HOME"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AGILE_ARENA_CONFIG", str(tmp_path / "config" / "arena.json"))
+pytestmark = pytest.mark.usefixtures("isolated_settings")
 
 
 class FakeArena:

@@ -24,12 +24,7 @@ from agile_arena.config import save_credentials
 from agile_core.errors import RunWarning
 from tests.arena.test_client import EXPERIMENT, KEY, PPO, FakeArena, ndjson
 
-
-@pytest.fixture(autouse=True)
-def _isolated_settings(tmp_path, monkeypatch):
-    for name in ("AGILE_ARENA_API_KEY", "ARENA_API_KEY", "AGILE_ARENA_URL", "XDG_CONFIG_HOME"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AGILE_ARENA_CONFIG", str(tmp_path / "config" / "arena.json"))
+pytestmark = pytest.mark.usefixtures("isolated_settings")
 
 
 class Clock:
