@@ -40,8 +40,11 @@ def main(out: Path, manifest_path: str, overrides: list[str]) -> None:
     accelerator = Accelerator(cpu=True)
     manifest = validate_source(apply_overrides(read_manifest_file(manifest_path), overrides))
     trainer = LocalTrainer.from_manifest(manifest, accelerator=accelerator)
-    population, fitnesses = trainer.train(verbose=False, checkpoint_steps=manifest.training.evo_steps,
-                                          checkpoint_path=str(out / "checkpoints"))
+    try:
+        population, fitnesses = trainer.train(verbose=False, checkpoint_steps=manifest.training.evo_steps,
+                                              checkpoint_path=str(out / "checkpoints"))
+    finally:  # close the process group: left to interpreter exit, gloo can abort a rank
+        accelerator.end_training()
     record = {"fitness": [list(agent.fitness) for agent in population], "steps": [agent.steps for agent in population],
               "indices": [agent.index for agent in population], "states": [state_digest(a) for a in population],
               "last": fitnesses}

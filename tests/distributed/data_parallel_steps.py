@@ -38,7 +38,14 @@ def batch(step: int, actions: np.ndarray) -> tuple[torch.Tensor, ...]:
 
 def main(out: Path, half: bool = False) -> None:
     torch.set_num_threads(1)
-    group = DataParallel(Accelerator(cpu=True))
+    accelerator = Accelerator(cpu=True)
+    try:
+        _learn_and_save(DataParallel(accelerator), out, half)
+    finally:  # close the process group: left to interpreter exit, gloo can abort a rank
+        accelerator.end_training()
+
+
+def _learn_and_save(group: DataParallel, out: Path, half: bool) -> None:
     share = ROWS // group.world_size // (2 if half else 1)
     rows = slice(group.rank * share, (group.rank + 1) * share)
     dqn = DQN(OBS, spaces.Discrete(3), net_config=NET, seed=0, lr=1e-2, double=True)
