@@ -243,3 +243,12 @@ def test_the_worker_reports_a_stop_without_speaking_of_ctrl_c():
         signal.signal(signal.SIGTERM, previous)
     assert [line for line in captured.getvalue().splitlines() if line] == list(STOP_MESSAGES)
     assert "Ctrl-C" not in captured.getvalue()
+
+
+def test_progress_of_an_llm_run_counts_the_population_not_one_member(server):
+    """LLM loops log `step` per member; perf/global_steps is the population's total."""
+    job = server.job("cccc000000000000", "llm", status="running")
+    write_run(server.data_dir / "jobs" / job, ["100,train/loss,0.5,1.0", "100,perf/global_steps,200.0,1.0",
+                                               "100,eval/fitness,0.4,1.0"], [])
+    progress = server.http.get(f"/v1/experiments/{job}").json()["progress"]
+    assert (progress["steps"], progress["total_steps"]) == (200, 2048)

@@ -180,13 +180,24 @@ def _budget_of(raw: bytes) -> int | None:
 
 
 def _last_step(tail: bytes) -> int | None:
-    """The `step` of the last complete row of a metrics CSV tail."""
+    """The population's steps by a metrics CSV tail: the `step` of its last complete row, or the
+    last `perf/global_steps` value when larger (the LLM loops' `step` counts per member; that
+    metric is the population's total in every loop)."""
     lines = tail.split(b"\n")[:-1]  # the part after the last newline is unfinished
+    step = total = None
     for line in reversed(lines):
-        first = line.split(b",", 1)[0].strip()
-        if first.isdigit() and len(first) <= 18:
-            return int(first)
-    return None
+        cells = line.split(b",")
+        first = cells[0].strip()
+        if step is None and first.isdigit() and len(first) <= 18:
+            step = int(first)
+        if total is None and len(cells) >= 3 and cells[1].strip() == b"perf/global_steps":
+            with contextlib.suppress(ValueError, OverflowError):
+                value = float(cells[2])
+                total = int(value) if math.isfinite(value) and 0 <= value < 2**62 else None
+        if step is not None and total is not None:
+            break
+    found = [value for value in (step, total) if value is not None]
+    return max(found) if found else None
 
 
 def _take_generation(history: _History, line: bytes) -> None:
