@@ -233,6 +233,49 @@ def test_a_member_range_computes_those_members_and_fills_their_gradient_rows() -
     assert torch.allclose(part.forward(x[1:3]), chain.forward(x)[1:3], atol=1e-6)
 
 
+def noisy_members(count: int = 3) -> list[EvolvableMLP]:
+    """Rainbow-style heads (noisy output layer) of different widths, each with its own noise."""
+    nets = []
+    for seed in range(count):
+        torch.manual_seed(seed)
+        net = EvolvableMLP(5, 4, hidden_size=[12 + 2 * seed], layer_norm=True, noisy_output=True, noise_std=0.5)
+        net.reset_noise()
+        nets.append(net)
+    return nets
+
+
+@pytest.mark.parametrize("noise", [True, False])
+@pytest.mark.parametrize("rows", [None, 6])
+def test_a_noisy_output_layer_fuses_with_its_noise_and_sigma_gradients(noise: bool, rows: int | None) -> None:
+    nets = noisy_members()
+    reference, fused = stack_modules(nets), stack_modules(nets)
+    FlatParameters(fused)
+    reference.train(noise)
+    fused.train(noise)
+    x = torch.randn(3, 10, 5)
+    used = x if rows is None else x[:, :rows]
+    out = reference(used)
+    grad_out = torch.randn_like(out)
+    (out * grad_out).sum().backward()
+
+    chain = FusedMLPChain([fused])
+    tape: list = []
+    fused_out = chain.forward(x, tape)
+    chain.backward(tape, grad_out, rows)
+    assert torch.allclose(fused_out[:, :out.shape[1]], out, atol=1e-6)
+    for (name, a), b in zip(reference.named_parameters(), fused.parameters(), strict=True):
+        if "sigma" in name and not noise:
+            assert a.grad is None and (b.grad is None or not b.grad.any()), name
+        else:
+            assert torch.allclose(a.grad, b.grad, atol=1e-5), name
+    if noise:  # a member's redraw lands in the stacked buffers the chain reads
+        nets[1].reset_noise()
+        with torch.no_grad():
+            assert torch.allclose(chain.forward(x)[1], nets[1](x[1]), atol=1e-6)
+            part = chain.members(1, 3).forward(x[1:3])
+            assert torch.allclose(part, chain.forward(x)[1:3], atol=1e-6)
+
+
 def test_public_fallbacks_of_the_private_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without torch's private fused Adam and group norm kernels the same numbers come out."""
     import agile_core.networks.fused as fused_module

@@ -39,7 +39,7 @@ from gymnasium.vector import VectorEnv
 from torch import nn
 
 from agile_core.algorithms.base import SingleAgentAlgorithm
-from agile_core.algorithms.group import MemberGroup, PopulationBatch, with_member_axis
+from agile_core.algorithms.group import MemberGroup, PopulationBatch, forward_with_free_rows, with_member_axis
 from agile_core.algorithms.q_learning import check_q_hyperparameters
 from agile_core.hpo.hyperparameters import HyperparameterConfig
 from agile_core.networks import (
@@ -63,12 +63,11 @@ STRUCTURAL_HYPERPARAMETERS = ("num_atoms", "v_min", "v_max", "noise_std", "n_ste
 """Fixed at construction (they shape the network or the n-step buffer): never mutated."""
 
 
-def _log_probs_and_free_q(online: nn.Module, obs: Any, next_obs: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(log Z_online(obs) [P, rows, A, K] with gradient, E[Z_online(next_obs)] [P, rows, A] without)``:
-    two calls, so the backward pass covers only the rows that learn."""
-    with torch.no_grad():
-        next_q = online(next_obs, "q")
-    return online(obs, "log_probs"), next_q
+def _log_probs_and_free_q(online: RainbowQNetwork, obs: Any, next_obs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(log Z_online(obs) [P, rows, A, K] with gradient, E[Z_online(next_obs)] [P, rows, A] without)``
+    in one call on both sets of rows; the backward pass covers only the rows that learn."""
+    log_probs, next_log_probs = forward_with_free_rows(lambda x: online(x, "log_probs"), obs, next_obs)
+    return log_probs, (next_log_probs.exp() * online.support).sum(dim=-1)
 
 
 def project_distribution(next_probs: torch.Tensor, rewards: torch.Tensor, discounts: torch.Tensor,

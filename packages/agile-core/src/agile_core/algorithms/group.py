@@ -127,7 +127,7 @@ def repeat_members(inputs: Any, repeat: int) -> Any:
     return _map(lambda tensor: torch.cat([tensor] * repeat), inputs)
 
 
-def forward_with_free_rows(network: nn.Module, inputs: Any, free_inputs: Any) -> tuple[Any, Any]:
+def forward_with_free_rows(network: Callable[[Any], Any], inputs: Any, free_inputs: Any) -> tuple[Any, Any]:
     """``(network(inputs), network(free_inputs) without gradient)`` in one call on the rows of both
     (``[P, rows, ...]`` tensors): fused chains then differentiate only `inputs`' rows."""
     if not isinstance(inputs, torch.Tensor) or not isinstance(free_inputs, torch.Tensor):

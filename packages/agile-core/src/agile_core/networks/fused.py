@@ -13,8 +13,10 @@ algorithm's loss is ordinary autograd code over stacked networks, and only this 
 chain is hand-differentiated. Its backward pass accumulates the parameter gradients straight into
 the stacked parameters' ``.grad`` (views of one flat buffer, see
 :class:`~agile_core.networks.stacked.FlatParameters`), and returns the input gradient to autograd.
-Chains with a layer this module does not know (an activation outside :data:`ACTIVATIONS`, a noisy
-layer) raise :class:`~agile_core.networks.stacked.NotStackableError`, and those MLPs stay ordinary
+A noisy output layer (:class:`~agile_core.networks.stacked_noisy.StackedNoisyLinear`) runs in
+the chain too: with its noise on, the layer's weight is ``mu + sigma * (eps_out eps_in^T)`` for that
+call, and backward adds the mean's gradient times the noise to sigma's. Chains with a layer this
+module does not know (an activation outside :data:`ACTIVATIONS`) raise :class:`~agile_core.networks.stacked.NotStackableError`, and those MLPs stay ordinary
 stacked modules under autograd.
 
 Private kernels: the row normalisation uses ``torch.native_group_norm`` (tested with torch
@@ -34,6 +36,7 @@ import torch
 from torch import nn
 
 from agile_core.networks.mlp import EvolvableMLP
+from agile_core.networks.noisy import noise_on
 from agile_core.networks.stacked import (
     NotStackableError,
     StackedDenseBlock,
@@ -41,6 +44,7 @@ from agile_core.networks.stacked import (
     StackedLinear,
     normalise_member_units,
 )
+from agile_core.networks.stacked_noisy import StackedNoisyLinear
 
 __all__ = ["ACTIVATIONS", "FusedMLPChain", "Tape", "fuse_stacked_mlps", "gradient_rows"]
 
@@ -94,8 +98,8 @@ class _Layer:
     Holds the stacked parameters themselves (not their modules), so the hot loops skip
     ``nn.Module`` attribute lookups; the parameters are updated in place by the optimizer."""
 
-    weight: torch.Tensor  # [P, out, in], read transposed (see StackedLinear)
-    bias: torch.Tensor | None  # [P, 1, out]
+    weight: torch.Tensor  # [P, out, in], read transposed (see StackedLinear); a noisy layer's mean
+    bias: torch.Tensor | None  # [P, 1, out]; a noisy layer's mean [P, out]
     norm_shape: list[int] | None  # None: no LayerNorm
     norm_eps: float
     norm_weight: torch.Tensor | None  # [P, 1, out]
@@ -107,6 +111,11 @@ class _Layer:
     shortcut: torch.Tensor | None  # residual blocks: [P, in, out]; None otherwise
     gate: torch.Tensor | None  # [P, 1, 1]
     shortcut_mask: torch.Tensor | None = None  # a shortcut that only copies units: [P, 1, out] (see _copying_mask)
+    noisy: StackedNoisyLinear | None = None  # a noisy layer (its mode says whether the noise applies)
+    weight_sigma: torch.Tensor | None = None  # and its [P, out, in] and [P, out] noise scales,
+    bias_sigma: torch.Tensor | None = None
+    eps_in: torch.Tensor | None = None  # its noise factors [P, in] and [P, out] (the stacked buffers,
+    eps_out: torch.Tensor | None = None  # which the members redraw in place)
 
     def select(self, members: slice) -> _Layer:
         """This layer for a contiguous range of members: views of its tensors. A trained tensor's
@@ -138,9 +147,24 @@ class _Layer:
             shortcut=None if residual is None else residual.shortcut, gate=None if residual is None else residual.gate,
             shortcut_mask=None if residual is None else _copying_mask(residual.shortcut))
 
+    @classmethod
+    def of_noisy(cls, layer: StackedNoisyLinear, activation: nn.Module) -> _Layer:
+        """The layer of a stacked noisy linear + activation."""
+        return cls(weight=layer.weight_mu, bias=layer.bias_mu, norm_shape=None, norm_eps=0.0, norm_weight=None,
+                   norm_bias=None, unit_mask=None, unit_counts=None, unit_eps=None, activation=_activation(activation),
+                   shortcut=None, gate=None, noisy=layer, weight_sigma=layer.weight_sigma, bias_sigma=layer.bias_sigma,
+                   eps_in=layer.eps_in, eps_out=layer.eps_out)
+
+    def noise(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """``(eps_out eps_in^T [P, out, in], eps_out [P, 1, out])`` of a noisy layer whose noise is on
+        now (None otherwise), read from the stacked noise buffers at this layer's members."""
+        if self.noisy is None or self.eps_in is None or self.eps_out is None or not noise_on(self.noisy):
+            return None
+        return self.eps_out.unsqueeze(2) * self.eps_in.unsqueeze(1), self.eps_out.unsqueeze(1).clone()
+
 
 _TENSOR_FIELDS = ("weight", "bias", "norm_weight", "norm_bias", "unit_mask", "unit_counts", "unit_eps", "shortcut",
-                  "gate", "shortcut_mask")
+                  "gate", "shortcut_mask", "weight_sigma", "bias_sigma", "eps_in", "eps_out")
 
 
 def _copying_mask(shortcut: torch.Tensor) -> torch.Tensor | None:
@@ -179,6 +203,8 @@ class _Saved:
     rstd: torch.Tensor | None
     pre_activation: torch.Tensor
     output: torch.Tensor
+    weight: torch.Tensor | None = None  # a noisy layer's weight of this pass (None: the layer's own)
+    noise: tuple[torch.Tensor, torch.Tensor] | None = None  # and its noise (Layer.noise)
 
 
 Tape = list[_Saved]
@@ -194,9 +220,12 @@ def _layers_of(mlp: nn.Module) -> list[_Layer]:
             raise NotStackableError(f"{type(block).__name__} is not a stacked dense block")
         layers.append(_Layer.of(block.main, block.norm, block.activation, block))
     output = mlp.output_layer
-    if not isinstance(output, StackedLinear):
+    if isinstance(output, StackedNoisyLinear):
+        layers.append(_Layer.of_noisy(output, mlp.output_act))
+    elif isinstance(output, StackedLinear):
+        layers.append(_Layer.of(output, None, mlp.output_act, None))
+    else:
         raise NotStackableError(f"{type(output).__name__} output layers have no fused version")
-    layers.append(_Layer.of(output, None, mlp.output_act, None))
     return layers
 
 
@@ -263,8 +292,14 @@ class FusedMLPChain:
 
     @staticmethod
     def _layer_forward(layer: _Layer, x: torch.Tensor, tape: Tape | None) -> torch.Tensor:
-        weight = layer.weight.transpose(1, 2)
-        h = torch.bmm(x, weight) if layer.bias is None else torch.baddbmm(layer.bias, x, weight)
+        weight, bias, noise = layer.weight, layer.bias, layer.noise()
+        if noise is not None:
+            assert layer.weight_sigma is not None and layer.bias_sigma is not None and bias is not None
+            weight = torch.addcmul(weight, layer.weight_sigma, noise[0])
+            bias = torch.addcmul(bias.unsqueeze(1), layer.bias_sigma.unsqueeze(1), noise[1])
+        elif bias is not None and bias.dim() == 2:
+            bias = bias.unsqueeze(1)
+        h = torch.bmm(x, weight.transpose(1, 2)) if bias is None else torch.baddbmm(bias, x, weight.transpose(1, 2))
         normalised = mean = rstd = None
         a = h
         if layer.norm_shape is not None:
@@ -278,7 +313,7 @@ class FusedMLPChain:
                 torch.addcmul(layer.norm_bias, normalised, layer.norm_weight)
         y = layer.activation.forward(a)
         if tape is not None:
-            tape.append(_Saved(x, h, normalised, mean, rstd, a, y))
+            tape.append(_Saved(x, h, normalised, mean, rstd, a, y, None if noise is None else weight, noise))
         if layer.shortcut is None or layer.gate is None:
             return y
         if layer.shortcut_mask is not None:
@@ -340,17 +375,22 @@ class FusedMLPChain:
         # The weight gradient [out, in] as whichever product has the wider output: the batched
         # matmul kernel is slow when its output is narrow (an input layer's few features).
         out_features, in_features = layer.weight.shape[1:]
-        if not params:
-            pass
-        elif in_features < out_features:
-            _accumulate(layer.weight, torch.bmm(x.transpose(1, 2), grad).transpose(1, 2))
-        else:
-            _accumulate(layer.weight, torch.bmm(grad.transpose(1, 2), x))
+        if params:
+            if in_features < out_features:
+                weight_grad = torch.bmm(x.transpose(1, 2), grad).transpose(1, 2)
+            else:
+                weight_grad = torch.bmm(grad.transpose(1, 2), x)
+            _accumulate(layer.weight, weight_grad)
+            if saved.noise is not None and layer.weight_sigma is not None:
+                _accumulate(layer.weight_sigma, weight_grad * saved.noise[0])
         if layer.bias is not None:
-            _accumulate(layer.bias, grad.sum(dim=1, keepdim=True))
+            bias_grad = grad.sum(dim=1, keepdim=True)  # [P, 1, out]
+            if saved.noise is not None and layer.bias_sigma is not None:
+                _accumulate(layer.bias_sigma, (bias_grad * saved.noise[1]).squeeze(1))
+            _accumulate(layer.bias, bias_grad if layer.bias.dim() == 3 else bias_grad.squeeze(1))
         if not need_input_grad:
             return grad
-        input_grad = torch.bmm(grad, layer.weight)
+        input_grad = torch.bmm(grad, layer.weight if saved.weight is None else saved.weight)
         return input_grad if shortcut_grad is None else input_grad + shortcut_grad
 
 
