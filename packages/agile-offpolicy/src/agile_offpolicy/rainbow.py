@@ -36,10 +36,14 @@ import numpy as np
 import torch
 from gymnasium import spaces
 from gymnasium.vector import VectorEnv
-from torch import nn
 
 from agile_core.algorithms.base import SingleAgentAlgorithm
-from agile_core.algorithms.group import MemberGroup, PopulationBatch, forward_with_free_rows, with_member_axis
+from agile_core.algorithms.group import (
+    MemberGroup,
+    PopulationBatch,
+    forward_with_free_rows,
+    with_member_axis,
+)
 from agile_core.algorithms.q_learning import check_q_hyperparameters
 from agile_core.hpo.hyperparameters import HyperparameterConfig
 from agile_core.networks import (
