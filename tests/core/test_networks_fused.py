@@ -233,6 +233,31 @@ def test_a_member_range_computes_those_members_and_fills_their_gradient_rows() -
     assert torch.allclose(part.forward(x[1:3]), chain.forward(x)[1:3], atol=1e-6)
 
 
+@pytest.mark.parametrize("rows", [None, 6])
+def test_members_with_their_own_activations_match_each_member_alone(rows: int | None) -> None:
+    nets = members("ReLU", True, count=4)
+    for net, activation in zip(nets[1:], ["Tanh", "Tanh", "GELU"], strict=True):
+        net.change_activation(activation, rng=np.random.default_rng(0))
+    fused = stack_modules(nets)
+    FlatParameters(fused)
+    chain = FusedMLPChain([fused])
+    x = torch.randn(4, 10, 5)
+    tape: list = []
+    out = chain.forward(x, tape)
+    grad_out = torch.randn_like(out if rows is None else out[:, :rows])
+    chain.backward(tape, grad_out, rows)
+    for index, net in enumerate(nets):
+        used = x[index] if rows is None else x[index, :rows]
+        alone = net(used)
+        (alone * grad_out[index]).sum().backward()
+        assert torch.allclose(out[index, :alone.shape[0]], alone, atol=1e-6)
+        for (name, param), stacked in zip(net.named_parameters(), fused.parameters(), strict=True):
+            assert torch.allclose(param.grad, stacked.grad[index][tuple(slice(0, n) for n in param.shape)],
+                                  atol=1e-5), name
+    part = chain.members(1, 4)  # a member range keeps its members' own activations
+    assert torch.allclose(part.forward(x[1:]), out[1:], atol=1e-6)
+
+
 def noisy_members(count: int = 3) -> list[EvolvableMLP]:
     """Rainbow-style heads (noisy output layer) of different widths, each with its own noise."""
     nets = []

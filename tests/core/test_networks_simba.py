@@ -29,6 +29,7 @@ from agile_core.networks import (
 from agile_core.networks.fused import fuse_stacked_mlps
 from agile_core.networks.stacked import (
     FlatParameters,
+    NotStackableError,
     bind_members,
     corner,
     member_layout,
@@ -420,6 +421,27 @@ def test_members_of_one_structure_share_a_key_and_others_do_not() -> None:
     assert structure_key(a) == structure_key(b)
     assert structure_key(a) != structure_key(_simba(2, num_blocks=3))
     assert structure_key(a) != structure_key(_simba(3, activation="Tanh"))
+    # a SimBa encoder's activation has no per-member version: members that differ in it do not
+    # stack, though their keys without activations agree
+    tanh = _simba(3, activation="Tanh")
+    assert structure_key(a, activations=False) == structure_key(tanh, activations=False)
+    with pytest.raises(NotStackableError):
+        stack_modules([a, tanh])
+
+
+def test_members_whose_simba_activations_differ_learn_in_groups_of_their_activation() -> None:
+    pytest.importorskip("agile_offpolicy")
+    from agile_core.algorithms.group import make_member_groups
+    from agile_offpolicy.dqn import DQN
+
+    obs_space, act_space = spaces.Box(-1.0, 1.0, (3,), np.float32), spaces.Discrete(2)
+    agents = [DQN(obs_space, act_space, seed=seed, net_config={
+        "latent_dim": 8, "simba": True, "head_config": {"hidden_size": [8]},
+        "encoder_config": {"hidden_size": 8, "num_blocks": 1, "activation": activation}})
+        for seed, activation in enumerate(["ReLU", "Tanh", "ReLU"])]
+    groups = make_member_groups(agents)
+    assert [slots for slots, _ in groups] == [[0, 2], [1]]
+    assert all(group.stacked for _, group in groups)
 
 
 @pytest.mark.parametrize("activation", ["ReLU", "Sigmoid"])

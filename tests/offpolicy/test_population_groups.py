@@ -71,10 +71,14 @@ class HuberDQN(DQN):
         super().__init__(*args, loss="huber", max_grad_norm=10.0, **kwargs)
 
 
-def dqns(double: bool = True, widths: bool = False, cls: type[DQN] = DQN) -> list[DQN]:
+def dqns(double: bool = True, widths: bool = False, cls: type[DQN] = DQN, activations: bool = False) -> list[DQN]:
     agents = [cls(DQN_OBS, DQN_ACT, net_config=DQN_NET, seed=i, double=double, **hp) for i, hp in enumerate(DQN_SETTINGS)]
     for agent in agents:  # an inserted residual layer in every member
         agent.apply_architecture_mutation("encoder.add_layer", np.random.default_rng(3), hidden_layer=0)
+    if activations:  # mutated hidden activations: members 1 and 2 differ from member 0 and each other
+        agents[1].apply_architecture_mutation("encoder.change_activation", activation="Tanh")
+        agents[2].apply_architecture_mutation("head.change_activation", activation="GELU")
+        agents[2].apply_architecture_mutation("encoder.change_activation", activation="Tanh")
     if widths:  # padded widths and inserted residual layers (phantoms) in one group
         agents[0].apply_architecture_mutation("encoder.add_node", np.random.default_rng(4), hidden_layer=1,
                                               numb_new_nodes=16)
@@ -168,13 +172,14 @@ def test_unstackable_networks_learn_alone_through_the_same_step() -> None:
 # ---------------------------------------------------------------------------- P = 3 vs three P = 1
 @pytest.mark.parametrize(("case", "widths", "fused"),
                          [("dqn", False, True), ("dqn", True, True), ("dqn", True, False), ("dqn_vanilla", False, True),
-                          ("dqn_huber", True, True),
+                          ("dqn_huber", True, True), ("dqn_activations", True, True), ("dqn_activations", False, False),
                           ("ddpg", False, True), ("ddpg", True, True), ("td3", False, True), ("td3", True, True),
                           ("td3", True, False), ("td3_shared", False, True)])
 def test_group_learning_equals_single_agents(case: str, widths: bool, fused: bool) -> None:
     if case.startswith("dqn"):
         def build() -> list[Any]:
-            return dqns(double=case != "dqn_vanilla", widths=widths, cls=HuberDQN if case == "dqn_huber" else DQN)
+            return dqns(double=case != "dqn_vanilla", widths=widths, cls=HuberDQN if case == "dqn_huber" else DQN,
+                        activations=case == "dqn_activations")
         memory = memory_for(DQN_OBS, DQN_ACT)
     else:
         cls = DDPG if case == "ddpg" else TD3
@@ -209,11 +214,12 @@ def test_group_learning_equals_single_agents(case: str, widths: bool, fused: boo
         assert_same(mine, theirs)
 
 
-@pytest.mark.parametrize("case", ["dqn", "ddpg", "td3"])
+@pytest.mark.parametrize("case", ["dqn", "dqn_activations", "ddpg", "td3"])
 def test_group_acting_equals_single_agents(case: str) -> None:
-    batched, single = (dqns(), dqns()) if case == "dqn" else \
+    mixed = case == "dqn_activations"
+    batched, single = (dqns(activations=mixed), dqns(activations=mixed)) if case.startswith("dqn") else \
         (box_agents(DDPG if case == "ddpg" else TD3), box_agents(DDPG if case == "ddpg" else TD3))
-    dim = 4 if case == "dqn" else 3
+    dim = 4 if case.startswith("dqn") else 3
     obs = np.random.default_rng(1).uniform(-1, 1, (3 * 2, dim)).astype(np.float32)
     epsilons = [0.0, 0.5, 1.0]
     for agent, learn_step in zip(batched + single, (8, 2, 4) * 2, strict=True):
@@ -225,7 +231,7 @@ def test_group_acting_equals_single_agents(case: str) -> None:
                                for i, (agent, eps) in enumerate(zip(single, epsilons, strict=True))])
     np.testing.assert_allclose(actions, expected, rtol=1e-6)
     greedy = _act(groups, obs, epsilons, 2, None, 3, training=False)
-    expected = np.concatenate([agent.get_action(obs[2 * i: 2 * i + 2], **({"epsilon": 0.0} if case == "dqn"
+    expected = np.concatenate([agent.get_action(obs[2 * i: 2 * i + 2], **({"epsilon": 0.0} if case.startswith("dqn")
                                                                          else {"training": False}))
                                for i, agent in enumerate(single)])
     np.testing.assert_allclose(greedy, expected, rtol=1e-6)
@@ -243,6 +249,22 @@ def test_what_groups_together() -> None:
     assert [slots for slots, _ in make_groups(critics)] == [[0, 2], [1]]  # critics stack with one latent width
     with pytest.raises(NotStackableError):
         MemberGroup([dqns()[0], box_agents(DDPG)[0]])
+    mixed = dqns(activations=True)  # a mutated hidden activation does not split the population
+    assert [slots for slots, _ in make_groups(mixed)] == [[0, 1, 2]]
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_group_with_mixed_activations_computes_each_members_q_values(fused: bool) -> None:
+    agents = dqns(widths=True, activations=True)
+    group = MemberGroup(agents, fused=fused)
+    obs = torch.as_tensor(np.random.default_rng(2).uniform(-1, 1, (3, 5, 4)).astype(np.float32))
+    with torch.no_grad():
+        stacked = group.nets["actor"](obs)
+        for index, agent in enumerate(agents):
+            torch.testing.assert_close(stacked[index], agent.actor(obs[index]), rtol=1e-5, atol=1e-6)
+            part = group.select([index == other for other in range(3)])  # a member range alone
+            torch.testing.assert_close(part.nets["actor"](obs[index:index + 1])[0], agent.actor(obs[index]),
+                                       rtol=1e-5, atol=1e-6)
 
 
 def test_subclasses_batch_unless_they_override_learn() -> None:

@@ -143,32 +143,45 @@ def forward_with_free_rows(network: Callable[[Any], Any], inputs: Any, free_inpu
 def make_member_groups(population: Sequence[EvolvableAlgorithm],
                        order: Callable[[Any], Any] | None = None) -> list[tuple[list[int], MemberGroup]]:
     """``[(slots, group)]``: the population split into groups by :func:`group_key` (in order of
-    their first slot; within a group slot order, or sorted by ``order(agent)``, stable). Agents
-    with equal keys whose networks still do not stack (convolutions, LSTMs of other sizes...) get groups of one."""
+    their first slot; within a group slot order, or sorted by ``order(agent)``, stable). Members
+    whose networks differ in activation outside MLP hidden layers are split by their full key;
+    agents whose networks still do not stack (convolutions, LSTMs of other sizes...) get groups of one."""
     from agile_core.training.population import group_by_architecture
 
     groups: list[tuple[list[int], MemberGroup]] = []
     for slots, members in group_by_architecture(population, _key_or_self, list, order=order):
         try:
             groups.append((slots, MemberGroup(members)))
+            continue
         except NotStackableError:
-            groups.extend(([slot], MemberGroup([member])) for slot, member in zip(slots, members, strict=True))
+            pass
+        by_full_key: dict[str, list[int]] = {}
+        for index, member in enumerate(members):
+            by_full_key.setdefault(_key_or_self(member, activations=True), []).append(index)
+        for indices in by_full_key.values():
+            part = [members[index] for index in indices]
+            try:
+                groups.append(([slots[index] for index in indices], MemberGroup(part)))
+            except NotStackableError:
+                groups.extend(([slots[index]], MemberGroup([members[index]])) for index in indices)
     return groups
 
 
-def _key_or_self(agent: EvolvableAlgorithm) -> str:
+def _key_or_self(agent: EvolvableAlgorithm, activations: bool = False) -> str:
     try:
-        return group_key(agent)
+        return group_key(agent, activations=activations)
     except NotStackableError:  # a network with no structure key: alone
         return f"alone:{id(agent)}"
 
 
-def group_key(agent: EvolvableAlgorithm) -> str:
-    """Equal for two agents exactly when they can learn in one group: same algorithm settings
-    (:meth:`population_key`) and stackable networks."""
+def group_key(agent: EvolvableAlgorithm, *, activations: bool = False) -> str:
+    """Equal for two agents when they can learn in one group: same algorithm settings
+    (:meth:`population_key`) and stackable networks (with `activations`, also the same activations
+    everywhere; without, MLP hidden layers may differ, see :func:`structure_key`)."""
     stacks = agent.population_stacks()
     return "|".join([agent.population_key(),
-                     *(structure_key(getattr(agent, name)) for names in stacks.values() for name in names)])
+                     *(structure_key(getattr(agent, name), activations=activations)
+                       for names in stacks.values() for name in names)])
 
 
 @dataclass

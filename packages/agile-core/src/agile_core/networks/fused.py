@@ -116,6 +116,8 @@ class _Layer:
     bias_sigma: torch.Tensor | None = None
     eps_in: torch.Tensor | None = None  # its noise factors [P, in] and [P, out] (the stacked buffers,
     eps_out: torch.Tensor | None = None  # which the members redraw in place)
+    member_activations: tuple[tuple[str, _Activation], ...] | None = None  # (key, kernels) per member,
+    activation_runs: tuple[tuple[slice, _Activation], ...] | None = None  # and their runs, when they differ
 
     def select(self, members: slice) -> _Layer:
         """This layer for a contiguous range of members: views of its tensors. A trained tensor's
@@ -130,6 +132,8 @@ class _Layer:
             return part
 
         views: dict[str, Any] = {name: view(getattr(self, name)) for name in _TENSOR_FIELDS}
+        if self.member_activations is not None:
+            views.update(_activation_fields(self.member_activations[members]))
         return replace(self, **views)
 
     @classmethod
@@ -137,13 +141,19 @@ class _Layer:
            block: StackedDenseBlock | None) -> _Layer:
         """The layer of a stacked linear (+ norm) + activation (+ residual `block`)."""
         residual = block if block is not None and block.residual else None
+        per_member = None if block is None else block.member_activations
+        activations = {} if per_member is None else \
+            _activation_fields(tuple((repr(module), _activation(module)) for module in per_member))
+        kernels = activations.pop("activation", None) or _activation(activation)
         return cls(
+            **activations,
             weight=linear.weight, bias=linear.bias,
             norm_shape=None if norm is None else list(norm.normalized_shape),
             norm_eps=0.0 if norm is None else norm.eps,
             norm_weight=None if norm is None else norm.weight, norm_bias=None if norm is None else norm.bias,
             unit_mask=None if norm is None else norm.unit_mask, unit_counts=None if norm is None else norm.unit_counts,
-            unit_eps=None if norm is None else norm.unit_eps, activation=_activation(activation),
+            unit_eps=None if norm is None else norm.unit_eps,
+            activation=kernels,
             shortcut=None if residual is None else residual.shortcut, gate=None if residual is None else residual.gate,
             shortcut_mask=None if residual is None else _copying_mask(residual.shortcut))
 
@@ -161,6 +171,21 @@ class _Layer:
         if self.noisy is None or self.eps_in is None or self.eps_out is None or not noise_on(self.noisy):
             return None
         return self.eps_out.unsqueeze(2) * self.eps_in.unsqueeze(1), self.eps_out.unsqueeze(1).clone()
+
+
+def _activation_fields(members: tuple[tuple[str, _Activation], ...]) -> dict[str, Any]:
+    """The activation fields of a layer whose members use `members` (key, kernels) in turn:
+    runs of equal ones, or one shared activation when they are all the same."""
+    runs: list[tuple[int, str, _Activation]] = []
+    for index, (key, kernels) in enumerate(members):
+        if not runs or runs[-1][1] != key:
+            runs.append((index, key, kernels))
+    if len(runs) == 1:
+        return {"activation": members[0][1], "member_activations": None, "activation_runs": None}
+    stops = [start for start, _, _ in runs[1:]] + [len(members)]
+    return {"activation": members[0][1], "member_activations": members,
+            "activation_runs": tuple((slice(start, stop), kernels)
+                                     for (start, _, kernels), stop in zip(runs, stops, strict=True))}
 
 
 _TENSOR_FIELDS = ("weight", "bias", "norm_weight", "norm_bias", "unit_mask", "unit_counts", "unit_eps", "shortcut",
@@ -311,7 +336,12 @@ class FusedMLPChain:
             assert layer.norm_weight is not None
             a = normalised * layer.norm_weight if layer.norm_bias is None else \
                 torch.addcmul(layer.norm_bias, normalised, layer.norm_weight)
-        y = layer.activation.forward(a)
+        if layer.activation_runs is None:
+            y = layer.activation.forward(a)
+        else:
+            y = torch.empty_like(a)
+            for members, kernels in layer.activation_runs:
+                y[members] = kernels.forward(a[members])
         if tape is not None:
             tape.append(_Saved(x, h, normalised, mean, rstd, a, y, None if noise is None else weight, noise))
         if layer.shortcut is None or layer.gate is None:
@@ -353,7 +383,10 @@ class FusedMLPChain:
             elif need_input_grad:
                 shortcut_grad = torch.bmm(grad, layer.shortcut.transpose(1, 2))
             grad = grad * layer.gate
-        if layer.activation.backward is not None:
+        if layer.activation_runs is not None:
+            grad = _activation_backward_by_member(layer.activation_runs, grad, part(saved.pre_activation),
+                                                  part(saved.output))
+        elif layer.activation.backward is not None:
             grad = layer.activation.backward(grad, part(saved.pre_activation), part(saved.output))
         if layer.norm_shape is not None:
             assert saved.normalised is not None and saved.mean is not None and saved.rstd is not None
@@ -392,6 +425,17 @@ class FusedMLPChain:
             return grad
         input_grad = torch.bmm(grad, layer.weight if saved.weight is None else saved.weight)
         return input_grad if shortcut_grad is None else input_grad + shortcut_grad
+
+
+def _activation_backward_by_member(runs: tuple[tuple[slice, _Activation], ...], grad: torch.Tensor,
+                                   pre_activation: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
+    """The input gradient of activations that differ by member, run by run."""
+    result = torch.empty_like(grad)
+    for members, kernels in runs:
+        part = grad[members]
+        result[members] = part if kernels.backward is None else \
+            kernels.backward(part, pre_activation[members], output[members])
+    return result
 
 
 def _normalise_rows(h: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -9,7 +9,10 @@ separate calls would, for little more than the cost of one on a CPU (where small
 dominated by per-call overhead, not arithmetic).
 
 Members stack when their architectures have the same *structure* (:func:`structure_key`: layer
-types and counts, activations, norm eps and residual flags; widths may differ). Members narrower
+types and counts, activations, norm eps and residual flags; widths may differ). MLP hidden layers
+may differ in activation too (``structure_key(..., activations=False)``): a
+:class:`StackedDenseBlock` applies each member's own activation to its rows, so a mutated
+activation does not split a population; other stateless layers must be the same for every member. Members narrower
 than the widest are zero-padded: each member's weights sit in the leading corner of the stacked
 tensor, layer norms normalise over each member's own units only, and the padding stays exactly
 zero through forward passes, gradients (masked, see :func:`padding_mask`) and Adam updates, so
@@ -67,25 +70,28 @@ SIZE_KEYS = frozenset({"num_inputs", "num_outputs", "latent_dim", "input_shape",
 and the layer list itself, of which only the number of plain (non-residual) layers counts."""
 
 
-def _without_sizes(config: object) -> object:
+def _without_sizes(config: object, ignored: frozenset[str] = SIZE_KEYS) -> object:
     if isinstance(config, dict):
-        key = {name: _without_sizes(value) for name, value in config.items() if name not in SIZE_KEYS}
+        key = {name: _without_sizes(value, ignored) for name, value in config.items() if name not in ignored}
         if "residual" in config:
             key["plain_layers"] = sum(1 for flag in config["residual"] if not flag)
         return key
     if isinstance(config, list):
-        return [_without_sizes(value) for value in config]
+        return [_without_sizes(value, ignored) for value in config]
     return config
 
 
-def structure_key(module: nn.Module) -> str:
+def structure_key(module: nn.Module, *, activations: bool = True) -> str:
     """A string equal for two networks exactly when they can be stacked together (with padding):
     their architectures differ at most in layer widths, latent size and inserted residual layers
-    (sizes a network class lists in ``stacking_sizes`` must be equal too)."""
+    (sizes a network class lists in ``stacking_sizes`` must be equal too). Without `activations`,
+    hidden activations are left out: networks equal in that key stack when their activations
+    differ only in MLP hidden layers (:func:`stack_modules` raises otherwise)."""
     if isinstance(module, EvolvableModule):
         config = module.config
         fixed = {name: config.get(name) for name in getattr(module, "stacking_sizes", ())}
-        return (f"{type(module).__qualname__}:{json.dumps(_without_sizes(config), sort_keys=True, default=str)}"
+        ignored = SIZE_KEYS if activations else SIZE_KEYS | {"activation"}
+        return (f"{type(module).__qualname__}:{json.dumps(_without_sizes(config, ignored), sort_keys=True, default=str)}"
                 f"{json.dumps(fixed, sort_keys=True, default=str) if fixed else ''}")
     raise NotStackableError(f"{type(module).__name__} is not an EvolvableModule")
 
@@ -207,8 +213,33 @@ def normalise_member_units(x: torch.Tensor, mask: torch.Tensor, counts: torch.Te
     return centered * rstd, mean, rstd
 
 
+ActivationRuns = tuple[tuple[slice, nn.Module], ...]
+"""Runs of consecutive members sharing an activation: ``((members, activation), ...)``."""
+
+
+def activation_runs(activations: Sequence[nn.Module]) -> ActivationRuns | None:
+    """The members' activations as runs of equal ones (None when all are equal)."""
+    runs: list[tuple[int, nn.Module]] = []
+    for index, activation in enumerate(activations):
+        if not runs or repr(runs[-1][1]) != repr(activation) or type(runs[-1][1]) is not type(activation):
+            runs.append((index, activation))
+    if len(runs) == 1:
+        return None
+    stops = [start for start, _ in runs[1:]] + [len(activations)]
+    return tuple((slice(start, stop), activation) for (start, activation), stop in zip(runs, stops, strict=True))
+
+
+def apply_by_member(runs: ActivationRuns, x: torch.Tensor) -> torch.Tensor:
+    """Each run's activation applied to its members' rows of ``x`` ``[P, ...]``."""
+    out = torch.empty_like(x)
+    for members, activation in runs:
+        out[members] = activation(x[members])
+    return out
+
+
 class StackedDenseBlock(nn.Module):
-    """``P`` :class:`DenseBlock` hidden layers (optionally residual with a per-member gate)."""
+    """``P`` :class:`DenseBlock` hidden layers (optionally residual with a per-member gate); each
+    member keeps its own activation (``member_activations``: None when they are all the same)."""
 
     shortcut: torch.Tensor
 
@@ -219,10 +250,19 @@ class StackedDenseBlock(nn.Module):
         norms = [block.norm for block in blocks if block.norm is not None]
         self.norm = StackedLayerNorm(norms) if norms else None
         self.activation = _stateless(first.activation)
+        self.set_member_activations(tuple(_stateless(block.activation) for block in blocks))
         self.residual = first.residual
         if self.residual:
             self.register_buffer("shortcut", _stack([block.shortcut.t() for block in blocks]))
             self.gate = nn.Parameter(_stack([block.gate.reshape(1, 1) for block in blocks]))
+
+    def set_member_activations(self, activations: Sequence[nn.Module]) -> None:
+        """Use ``activations[p]`` for member ``p`` (``activation`` itself when they are all the same)."""
+        self.activation_runs: ActivationRuns | None = activation_runs(activations)
+        self.member_activations: tuple[nn.Module, ...] | None = \
+            None if self.activation_runs is None else tuple(activations)
+        if self.activation_runs is None:
+            self.activation = activations[0]
 
     @staticmethod
     def member_layout(name: str, tensor: torch.Tensor) -> torch.Tensor:
@@ -236,7 +276,7 @@ class StackedDenseBlock(nn.Module):
         y = self.main(x)
         if self.norm is not None:
             y = self.norm(y)
-        y = self.activation(y)
+        y = self.activation(y) if self.activation_runs is None else apply_by_member(self.activation_runs, y)
         if not self.residual:
             return y
         return torch.bmm(x, self.shortcut) + self.gate * y
@@ -247,6 +287,14 @@ def _stateless(module: nn.Module) -> nn.Module:
     if any(True for _ in module.parameters(recurse=True)) or any(True for _ in module.buffers(recurse=True)):
         raise NotStackableError(f"{type(module).__name__} has weights and no population version")
     return module
+
+
+def _shared_stateless(modules: Sequence[nn.Module]) -> nn.Module:
+    """The members' parameter-free module, shared: it must be the same for every member."""
+    first = _stateless(modules[0])
+    if any(type(module) is not type(first) or repr(module) != repr(first) for module in modules[1:]):
+        raise NotStackableError(f"the members' {type(first).__name__} layers differ")
+    return first
 
 
 MemberPaths = dict[str, list[str | None]]
@@ -368,11 +416,11 @@ def _stacked_container(modules: Sequence[nn.Module], path: str = "", member_path
     if direct:
         broadcast = set(getattr(first, "population_broadcast_parameters", ()))
         if not first._modules:
-            return _stateless(first)
+            return _shared_stateless(modules)
         if not set(direct) <= broadcast:
             raise NotStackableError(f"{type(first).__name__} owns weights directly and has no population version")
     if not first._modules:
-        return _stateless(first)
+        return _shared_stateless(modules)
     container = copy.copy(first)
     if hasattr(type(first), "population_axis"):  # its forward reads a leading member axis when stacked
         container.__dict__["population_axis"] = True
@@ -418,7 +466,7 @@ def stack_modules(members: Sequence[nn.Module]) -> nn.Module:
     """
     if not members:
         raise ValueError("stack_modules needs at least one member")
-    keys = {structure_key(member) for member in members}
+    keys = {structure_key(member, activations=False) for member in members}
     if len(keys) != 1:
         raise NotStackableError("the members' architectures differ in more than widths")
     devices = {p.device for member in members for p in member.parameters()}
@@ -582,6 +630,8 @@ def member_range(stacked: nn.Module, start: int, stop: int) -> nn.Module:
             clone._parameters = {name: view(param) for name, param in module._parameters.items()}  # type: ignore[misc]
             clone._buffers = {name: view(buffer) for name, buffer in module._buffers.items()}
         clone._modules = {name: None if child is None else copy_tree(child) for name, child in module._modules.items()}
+        if isinstance(module, StackedDenseBlock) and module.member_activations is not None:
+            cast(StackedDenseBlock, clone).set_member_activations(module.member_activations[start:stop])
         fused = module.__dict__.get("agile_fused")
         if fused is not None:
             clone.__dict__["agile_fused"] = fused.members(start, stop)
