@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 import torch
@@ -256,6 +258,46 @@ def test_members_with_their_own_activations_match_each_member_alone(rows: int | 
                                   atol=1e-5), name
     part = chain.members(1, 4)  # a member range keeps its members' own activations
     assert torch.allclose(part.forward(x[1:]), out[1:], atol=1e-6)
+
+
+@pytest.mark.parametrize("rows", [None, 6])
+@pytest.mark.parametrize("used", [(True, True), (True, False)])
+def test_fused_heads_equal_the_encoder_then_each_head(rows: int | None, used: tuple[bool, bool]) -> None:
+    """One encoder, two heads (as a dueling or actor-critic network has): the same outputs and
+    gradients as autograd over the stacked modules; an unused head adds nothing."""
+    from agile_core.networks.fused import FusedHeads, gradient_rows
+
+    encoders = members("ReLU", True)
+    heads = [[EvolvableMLP(3, outputs, hidden_size=[8]) for _ in range(3)] for outputs in (4, 1)]
+    reference = [stack_modules(encoders), *(stack_modules(nets) for nets in heads)]
+    fused = [stack_modules(encoders), *(stack_modules(nets) for nets in heads)]
+    for module in fused:
+        FlatParameters(module)
+    tree = FusedHeads(FusedMLPChain([fused[0]]), [FusedMLPChain([fused[1]]), FusedMLPChain([fused[2]])])
+    x = torch.randn(3, 10, 5, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_(True)
+    grads = [torch.randn(3, 10 if rows is None else rows, outputs) for outputs in (4, 1)]
+
+    latent = reference[0](x_ref if rows is None else x_ref[:, :rows])
+    expected = [reference[1](latent), reference[2](latent)]
+    sum((out * grad).sum() for out, grad, on in zip(expected, grads, used, strict=True) if on).backward()
+    with gradient_rows(rows) if rows is not None else contextlib.nullcontext():
+        outs = tree(x)
+    kept = [out if rows is None else out[:, :rows] for out in outs]
+    sum((out * grad).sum() for out, grad, on in zip(kept, grads, used, strict=True) if on).backward()
+
+    for out, want in zip(kept, expected, strict=True):
+        assert torch.allclose(out, want, atol=1e-6)
+    assert torch.allclose(x.grad[:, :x_ref.grad.shape[1]], x_ref.grad, atol=1e-5)
+    for ref_module, fused_module in zip(reference, fused, strict=True):
+        for (name, a), b in zip(ref_module.named_parameters(), fused_module.parameters(), strict=True):
+            if a.grad is None:
+                assert b.grad is None or not b.grad.any(), name
+            else:
+                assert torch.allclose(a.grad, b.grad, atol=1e-5), name
+    part = tree.members(1, 3)  # a member range of the tree
+    for whole, sliced in zip(tree(x.detach()), part(x.detach()[1:]), strict=True):
+        assert torch.allclose(whole[1:], sliced, atol=1e-6)
 
 
 def noisy_members(count: int = 3) -> list[EvolvableMLP]:

@@ -638,6 +638,9 @@ class PPO(SingleAgentAlgorithm):
             if separate is not None:  # encoder and head of each network as one (fused) chain
                 heads = actor.head_of_latent(inputs) if policy else actor.encode(inputs)[0]
                 return heads, separate.head_of_latent(inputs).squeeze(-1) if critic else None, None
+            if policy and critic:  # the shared encoder runs once for both heads
+                heads, value = actor.heads_of_latent(inputs, ("head", "value_head"))
+                return heads, value.squeeze(-1), None
             latent = actor.encode(inputs)[0]
             heads = actor.head(latent) if policy else latent
             if not critic:

@@ -46,7 +46,7 @@ from agile_core.networks.stacked import (
 )
 from agile_core.networks.stacked_noisy import StackedNoisyLinear
 
-__all__ = ["ACTIVATIONS", "FusedMLPChain", "Tape", "fuse_stacked_mlps", "gradient_rows"]
+__all__ = ["ACTIVATIONS", "FusedHeads", "FusedMLPChain", "Tape", "fuse_stacked_mlps", "gradient_rows"]
 
 aten = torch.ops.aten
 _LAYER_NORM_BACKWARD = aten.native_layer_norm_backward.default
@@ -497,6 +497,86 @@ class _FusedChainFunction(torch.autograd.Function):
         return (None if input_grad is None else input_grad.reshape(ctx.input_shape)), None, None, None, None
 
 
+class FusedHeads:
+    """A stacked encoder chain and several head chains reading its output, as one autograd
+    function returning every head's output: ``heads[i](encoder(x))`` for each ``i``. The encoder
+    runs once; backward sums the heads' gradients on the latent before the encoder's own pass.
+
+    Args:
+        encoder: The encoder's chain.
+        heads: One chain per head, in output order.
+    """
+
+    def __init__(self, encoder: FusedMLPChain, heads: Sequence[FusedMLPChain]) -> None:
+        self.encoder, self.heads = encoder, list(heads)
+        self._ranges: dict[tuple[int, int], FusedHeads] = {}
+
+    def members(self, start: int, stop: int) -> FusedHeads:
+        """These heads run for members ``start:stop`` only (see :meth:`FusedMLPChain.members`). Cached."""
+        key = (start, stop)
+        heads = self._ranges.get(key)
+        if heads is None:
+            heads = FusedHeads(self.encoder.members(start, stop), [head.members(start, stop) for head in self.heads])
+            self._ranges[key] = heads
+        return heads
+
+    def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Each head's outputs ``[P, rows, out]`` of inputs ``[P, rows, *input_shape]``."""
+        encoder = self.encoder
+        if len(encoder.input_shape) == 1 and x.dim() != 3:  # [P, *batch, in]: rows flattened and restored
+            token = _GRAD_ROWS.set(None)
+            try:
+                outs = self(x.reshape(x.shape[0], -1, x.shape[-1]))
+            finally:
+                _GRAD_ROWS.reset(token)
+            return tuple(out.reshape(*x.shape[:-1], out.shape[-1]) for out in outs)
+        trains = encoder._root.layers[0].weight.requires_grad
+        if not torch.is_grad_enabled() or not (trains or x.requires_grad):
+            latent = encoder.forward(x)
+            return tuple(head.forward(latent) for head in self.heads)
+        return _FusedHeadsFunction.apply(x, self, trains, _GRAD_ROWS.get(), encoder._anchor)
+
+
+class _FusedHeadsFunction(torch.autograd.Function):
+    """:class:`FusedHeads` as one node of an autograd graph."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, tree: FusedHeads, trains: bool, rows: int | None,
+                anchor: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        ctx.set_materialize_grads(False)  # a head whose output is unused gets no backward pass
+        encoder_tape: Tape = []
+        latent = tree.encoder.forward(x, encoder_tape)
+        tapes: list[Tape] = [[] for _ in tree.heads]
+        outs = tuple(head.forward(latent, tape) for head, tape in zip(tree.heads, tapes, strict=True))
+        ctx.tree, ctx.encoder_tape, ctx.tapes, ctx.trains, ctx.rows, ctx.input_shape = \
+            tree, encoder_tape, tapes, trains, rows, x.shape
+        return outs
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[torch.Tensor | None, None, None, None, None]:
+        tree: FusedHeads = ctx.tree
+        rows = ctx.rows
+        latent_grad = None
+        for head, tape, grad in zip(tree.heads, ctx.tapes, grads, strict=True):
+            if grad is None:
+                continue
+            part = head.backward(tape, grad if rows is None else grad[:, :rows], rows, input_grad=True,
+                                 params=ctx.trains)
+            assert part is not None
+            latent_grad = part if latent_grad is None else latent_grad + part
+        ctx.tapes = None
+        input_grad = None
+        if latent_grad is not None:
+            input_grad = tree.encoder.backward(ctx.encoder_tape, latent_grad, rows,
+                                               input_grad=bool(ctx.needs_input_grad[0]), params=ctx.trains)
+        ctx.encoder_tape = None
+        if input_grad is not None and rows is not None:
+            input_grad = torch.cat([input_grad, input_grad.new_zeros(input_grad.shape[0],
+                                                                     ctx.input_shape[1] - rows, *input_grad.shape[2:])],
+                                   dim=1)
+        return (None if input_grad is None else input_grad.reshape(ctx.input_shape)), None, None, None, None
+
+
 _GRAD_ROWS: ContextVar[int | None] = ContextVar("agile_gradient_rows", default=None)
 
 
@@ -529,6 +609,10 @@ def fuse_stacked_mlps(stacked: nn.Module) -> int:
                 except NotStackableError:
                     continue
             object.__setattr__(module, "agile_fused_heads", heads)
+            if len(module.head_names) > 1 and len(heads) == len(module.head_names):
+                object.__setattr__(module, "agile_fused_tree", FusedHeads(
+                    FusedMLPChain([module.encoder]), [FusedMLPChain([getattr(module, name)])
+                                                      for name in module.head_names]))
     for module in stacked.modules():
         if isinstance(module, EvolvableMLP) and "agile_fused" not in module.__dict__:
             try:

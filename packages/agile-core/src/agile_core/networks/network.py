@@ -8,7 +8,7 @@ zero weights in every head).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Self
 
 import numpy as np
@@ -128,6 +128,17 @@ class EvolvableNetwork(EvolvableModule):
         if chain is not None:
             return chain(obs)
         return getattr(self, head)(self.encode(obs)[0])
+
+    def heads_of_latent(self, obs: Observation, heads: Sequence[str] | None = None) -> tuple[torch.Tensor, ...]:
+        """Each of `heads` (all ``head_names`` when None) on ``encoder(obs)`` of a feed-forward
+        network, the encoder run once; a stacked network whose encoder and heads fuse runs them as
+        one autograd function (see :class:`~agile_core.networks.fused.FusedHeads`)."""
+        names = tuple(self.head_names if heads is None else heads)
+        tree = self.__dict__.get("agile_fused_tree")
+        if tree is not None and names == self.head_names:
+            return tree(obs)
+        latent = self.encode(obs)[0]
+        return tuple(getattr(self, name)(latent) for name in names)
 
     def _with_hidden(self, outputs: Any, hidden: HiddenState | None) -> Any:
         """Append the hidden state to the outputs of a recurrent network."""

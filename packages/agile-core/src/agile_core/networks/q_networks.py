@@ -104,10 +104,15 @@ class RainbowQNetwork(EvolvableNetwork):
 
     def forward(self, obs: Observation, output: RainbowOutput = "q", hidden_state: HiddenState | None = None) -> Any:
         """Q values, or the atom probabilities / log-probabilities per action (plus hidden when recurrent)."""
-        latent, hidden = self.encode(obs, hidden_state)
-        lead = latent.shape[:-1]
-        advantage = self.advantage(latent).reshape(*lead, self.num_actions, self.num_atoms)
-        value = self.value(latent).reshape(*lead, 1, self.num_atoms)
+        if self.recurrent:
+            latent, hidden = self.encode(obs, hidden_state)
+            advantage_out, value_out = self.advantage(latent), self.value(latent)
+        else:
+            advantage_out, value_out = self.heads_of_latent(obs, ("advantage", "value"))
+            hidden = None
+        lead = value_out.shape[:-1]
+        advantage = advantage_out.reshape(*lead, self.num_actions, self.num_atoms)
+        value = value_out.reshape(*lead, 1, self.num_atoms)
         logits = value + advantage - advantage.mean(dim=-2, keepdim=True)
         log_probs = F.log_softmax(logits, dim=-1)
         if output == "log_probs":

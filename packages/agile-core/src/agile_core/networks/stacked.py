@@ -638,6 +638,9 @@ def member_range(stacked: nn.Module, start: int, stop: int) -> nn.Module:
         heads = module.__dict__.get("agile_fused_heads")
         if heads is not None:
             clone.__dict__["agile_fused_heads"] = {name: chain.members(start, stop) for name, chain in heads.items()}
+        tree = module.__dict__.get("agile_fused_tree")
+        if tree is not None:
+            clone.__dict__["agile_fused_tree"] = tree.members(start, stop)
         return clone
 
     return copy_tree(stacked)
