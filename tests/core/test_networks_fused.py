@@ -27,23 +27,30 @@ def members(activation: str, layer_norm: bool, count: int = 3) -> list[Evolvable
     return nets
 
 
-@pytest.mark.parametrize("layer_norm", [True, False])
-@pytest.mark.parametrize("activation", [name for name in ACTIVATIONS if name != "Identity"])
-@pytest.mark.parametrize("rows", [None, 6])
-def test_fused_chain_matches_autograd(activation: str, layer_norm: bool, rows: int | None) -> None:
-    nets = members(activation, layer_norm)
+def autograd_and_fused(nets: list[EvolvableMLP], x: torch.Tensor, rows: int | None, train: bool = True) -> tuple:
+    """``(reference, fused, chain, out, fused_out)``: the stacked `nets` differentiated by autograd
+    on the first `rows` rows of `x` and, on a second stack, by a fused chain with the same output
+    gradient (gradients in one flat buffer, as under StackedAdam)."""
     reference, fused = stack_modules(nets), stack_modules(nets)
-    FlatParameters(fused)  # gradients live in one flat buffer, as under StackedAdam
-    x = torch.randn(3, 10, 5)
-    used = x if rows is None else x[:, :rows]
-    out = reference(used)
+    FlatParameters(fused)
+    reference.train(train)
+    fused.train(train)
+    out = reference(x if rows is None else x[:, :rows])
     grad_out = torch.randn_like(out)
     (out * grad_out).sum().backward()
-
     chain = FusedMLPChain([fused])
     tape: list = []
     fused_out = chain.forward(x, tape)
     chain.backward(tape, grad_out, rows)
+    return reference, fused, chain, out, fused_out
+
+
+@pytest.mark.parametrize("layer_norm", [True, False])
+@pytest.mark.parametrize("activation", [name for name in ACTIVATIONS if name != "Identity"])
+@pytest.mark.parametrize("rows", [None, 6])
+def test_fused_chain_matches_autograd(activation: str, layer_norm: bool, rows: int | None) -> None:
+    x = torch.randn(3, 10, 5)
+    reference, fused, chain, out, fused_out = autograd_and_fused(members(activation, layer_norm), x, rows)
 
     assert torch.allclose(fused_out[:, : out.shape[1]], out, atol=1e-6)
     assert torch.allclose(chain.forward(x), fused_out)  # no tape: same values
@@ -315,20 +322,8 @@ def noisy_members(count: int = 3) -> list[EvolvableMLP]:
 @pytest.mark.parametrize("rows", [None, 6])
 def test_a_noisy_output_layer_fuses_with_its_noise_and_sigma_gradients(noise: bool, rows: int | None) -> None:
     nets = noisy_members()
-    reference, fused = stack_modules(nets), stack_modules(nets)
-    FlatParameters(fused)
-    reference.train(noise)
-    fused.train(noise)
     x = torch.randn(3, 10, 5)
-    used = x if rows is None else x[:, :rows]
-    out = reference(used)
-    grad_out = torch.randn_like(out)
-    (out * grad_out).sum().backward()
-
-    chain = FusedMLPChain([fused])
-    tape: list = []
-    fused_out = chain.forward(x, tape)
-    chain.backward(tape, grad_out, rows)
+    reference, fused, chain, out, fused_out = autograd_and_fused(nets, x, rows, train=noise)
     assert torch.allclose(fused_out[:, :out.shape[1]], out, atol=1e-6)
     for (name, a), b in zip(reference.named_parameters(), fused.parameters(), strict=True):
         if "sigma" in name and not noise:

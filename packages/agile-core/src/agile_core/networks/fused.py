@@ -42,6 +42,7 @@ from agile_core.networks.stacked import (
     StackedDenseBlock,
     StackedLayerNorm,
     StackedLinear,
+    activation_runs,
     normalise_member_units,
 )
 from agile_core.networks.stacked_noisy import StackedNoisyLinear
@@ -116,8 +117,8 @@ class _Layer:
     bias_sigma: torch.Tensor | None = None
     eps_in: torch.Tensor | None = None  # its noise factors [P, in] and [P, out] (the stacked buffers,
     eps_out: torch.Tensor | None = None  # which the members redraw in place)
-    member_activations: tuple[tuple[str, _Activation], ...] | None = None  # (key, kernels) per member,
-    activation_runs: tuple[tuple[slice, _Activation], ...] | None = None  # and their runs, when they differ
+    member_activations: tuple[nn.Module, ...] | None = None  # each member's activation, when they differ,
+    activation_runs: tuple[tuple[slice, _Activation], ...] | None = None  # and their runs' kernels
 
     def select(self, members: slice) -> _Layer:
         """This layer for a contiguous range of members: views of its tensors. A trained tensor's
@@ -142,8 +143,7 @@ class _Layer:
         """The layer of a stacked linear (+ norm) + activation (+ residual `block`)."""
         residual = block if block is not None and block.residual else None
         per_member = None if block is None else block.member_activations
-        activations = {} if per_member is None else \
-            _activation_fields(tuple((repr(module), _activation(module)) for module in per_member))
+        activations = {} if per_member is None else _activation_fields(per_member)
         kernels = activations.pop("activation", None) or _activation(activation)
         return cls(
             **activations,
@@ -173,19 +173,14 @@ class _Layer:
         return self.eps_out.unsqueeze(2) * self.eps_in.unsqueeze(1), self.eps_out.unsqueeze(1).clone()
 
 
-def _activation_fields(members: tuple[tuple[str, _Activation], ...]) -> dict[str, Any]:
-    """The activation fields of a layer whose members use `members` (key, kernels) in turn:
-    runs of equal ones, or one shared activation when they are all the same."""
-    runs: list[tuple[int, str, _Activation]] = []
-    for index, (key, kernels) in enumerate(members):
-        if not runs or runs[-1][1] != key:
-            runs.append((index, key, kernels))
-    if len(runs) == 1:
-        return {"activation": members[0][1], "member_activations": None, "activation_runs": None}
-    stops = [start for start, _, _ in runs[1:]] + [len(members)]
-    return {"activation": members[0][1], "member_activations": members,
-            "activation_runs": tuple((slice(start, stop), kernels)
-                                     for (start, _, kernels), stop in zip(runs, stops, strict=True))}
+def _activation_fields(members: tuple[nn.Module, ...]) -> dict[str, Any]:
+    """The activation fields of a layer whose members use the activations `members` in turn:
+    the kernels of their runs (:func:`~agile_core.networks.stacked.activation_runs`), or one
+    shared activation when they are all the same."""
+    runs = activation_runs(members)
+    return {"activation": _activation(members[0]), "member_activations": None if runs is None else members,
+            "activation_runs": None if runs is None else
+            tuple((run, _activation(module)) for run, module in runs)}
 
 
 _TENSOR_FIELDS = ("weight", "bias", "norm_weight", "norm_bias", "unit_mask", "unit_counts", "unit_eps", "shortcut",
@@ -293,13 +288,8 @@ class FusedMLPChain:
         function: when gradients are enabled and the chain is trained, backward accumulates the
         parameter gradients into their ``.grad`` and passes the input gradient on."""
         grad_rows = _GRAD_ROWS.get()
-        if len(self.input_shape) == 1 and x.dim() != 3:  # [P, *batch, in]: rows flattened and restored
-            token = _GRAD_ROWS.set(None)
-            try:
-                out = self(x.reshape(x.shape[0], -1, x.shape[-1]))
-            finally:
-                _GRAD_ROWS.reset(token)
-            return out.reshape(*x.shape[:-1], out.shape[-1])
+        if len(self.input_shape) == 1 and x.dim() != 3:
+            return _on_flat_rows(self, x)
         trains = self._root.layers[0].weight.requires_grad
         if not torch.is_grad_enabled() or not (trains or x.requires_grad):
             return self.forward(x)
@@ -491,9 +481,7 @@ class _FusedChainFunction(torch.autograd.Function):
                                     params=ctx.trains)
         ctx.tape = None
         if input_grad is not None and rows is not None:
-            input_grad = torch.cat([input_grad, input_grad.new_zeros(input_grad.shape[0],
-                                                                     ctx.input_shape[1] - rows, *input_grad.shape[2:])],
-                                   dim=1)
+            input_grad = _zero_rows_after(input_grad, ctx.input_shape[1])
         return (None if input_grad is None else input_grad.reshape(ctx.input_shape)), None, None, None, None
 
 
@@ -523,13 +511,8 @@ class FusedHeads:
     def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Each head's outputs ``[P, rows, out]`` of inputs ``[P, rows, *input_shape]``."""
         encoder = self.encoder
-        if len(encoder.input_shape) == 1 and x.dim() != 3:  # [P, *batch, in]: rows flattened and restored
-            token = _GRAD_ROWS.set(None)
-            try:
-                outs = self(x.reshape(x.shape[0], -1, x.shape[-1]))
-            finally:
-                _GRAD_ROWS.reset(token)
-            return tuple(out.reshape(*x.shape[:-1], out.shape[-1]) for out in outs)
+        if len(encoder.input_shape) == 1 and x.dim() != 3:
+            return _on_flat_rows(self, x)
         trains = encoder._root.layers[0].weight.requires_grad
         if not torch.is_grad_enabled() or not (trains or x.requires_grad):
             latent = encoder.forward(x)
@@ -571,10 +554,26 @@ class _FusedHeadsFunction(torch.autograd.Function):
                                                input_grad=bool(ctx.needs_input_grad[0]), params=ctx.trains)
         ctx.encoder_tape = None
         if input_grad is not None and rows is not None:
-            input_grad = torch.cat([input_grad, input_grad.new_zeros(input_grad.shape[0],
-                                                                     ctx.input_shape[1] - rows, *input_grad.shape[2:])],
-                                   dim=1)
+            input_grad = _zero_rows_after(input_grad, ctx.input_shape[1])
         return (None if input_grad is None else input_grad.reshape(ctx.input_shape)), None, None, None, None
+
+
+def _on_flat_rows(fn: Callable[[torch.Tensor], Any], x: torch.Tensor) -> Any:
+    """`fn` (a chain or heads) of inputs ``[P, *batch, in]`` run as ``[P, rows, in]`` with every
+    row differentiated, its output tensors given back their batch shape."""
+    token = _GRAD_ROWS.set(None)
+    try:
+        out = fn(x.reshape(x.shape[0], -1, x.shape[-1]))
+    finally:
+        _GRAD_ROWS.reset(token)
+    if isinstance(out, tuple):
+        return tuple(part.reshape(*x.shape[:-1], part.shape[-1]) for part in out)
+    return out.reshape(*x.shape[:-1], out.shape[-1])
+
+
+def _zero_rows_after(grad: torch.Tensor, total: int) -> torch.Tensor:
+    """The gradient of the differentiated rows ``[P, rows, ...]`` padded with zero rows to `total`."""
+    return torch.cat([grad, grad.new_zeros(grad.shape[0], total - grad.shape[1], *grad.shape[2:])], dim=1)
 
 
 _GRAD_ROWS: ContextVar[int | None] = ContextVar("agile_gradient_rows", default=None)
