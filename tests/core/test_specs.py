@@ -5,7 +5,6 @@ from pydantic import ValidationError
 
 from agile_core.specs import (
     CnnConfig,
-    FinetuningNetworkSpec,
     GymEnvSpec,
     LstmConfig,
     MlpConfig,
@@ -165,16 +164,6 @@ def test_network_defaults_and_bounds():
         NetworkSpec(latent_dim=4)
     with pytest.raises(ValidationError):
         MlpConfig(activation="Swish")
-
-
-def test_finetuning_network_spec():
-    spec = FinetuningNetworkSpec.model_validate({
-        "pretrained_model_name_or_path": "Qwen/Qwen2.5-0.5B-Instruct", "max_context_length": 512,
-        "lora_config": {"lora_r": 16, "lora_alpha": 64, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"],
-                        "lora_dropout": 0.05, "task_type": "CAUSAL_LM"}})
-    assert spec.lora_config is not None and spec.lora_config.lora_r == 16
-    with pytest.raises(ValidationError):
-        FinetuningNetworkSpec(pretrained_model_name_or_path="")
 
 
 def test_gym_env_spec_fields():

@@ -41,6 +41,36 @@ def test_examples_validate_and_sections_are_documented() -> None:
         assert all(info.description for info in spec.model_fields.values()), spec.__name__
 
 
+def test_network_spec_defaults() -> None:
+    """The defaults the manifest reference documents for the LLM `network` section."""
+    from pydantic import ValidationError
+
+    from agile_llm.specs import FinetuningNetworkSpec
+
+    spec = FinetuningNetworkSpec(pretrained_model_name_or_path="m")
+    assert (spec.max_context_length, spec.dtype) == (None, "float32")
+    lora = spec.lora_config
+    assert (lora.lora_r, lora.lora_alpha, lora.target_modules, lora.lora_dropout, lora.task_type) == (
+        16, 32, None, 0.05, "CAUSAL_LM")
+    spec = FinetuningNetworkSpec.model_validate({
+        "pretrained_model_name_or_path": "m", "max_context_length": 512, "dtype": "bfloat16",
+        "lora_config": {"lora_r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "v_proj"]}})
+    assert (spec.lora_config.lora_r, spec.lora_config.lora_alpha, spec.dtype) == (8, 16, "bfloat16")
+    with pytest.raises(ValidationError):
+        FinetuningNetworkSpec(pretrained_model_name_or_path="")
+
+
+def test_manifest_reference_documents_the_registered_network_spec() -> None:
+    register()
+    from agile_core.reference import manifest_reference_markdown
+
+    text = manifest_reference_markdown()
+    network = text[text.index("## `network`"):text.index("## `environment")]
+    lora = network[network.index("### `LoraConfigSpec`"):]
+    assert "### `FinetuningNetworkSpec`" in network and "| `dtype` |" in network
+    assert "| `lora_alpha` | int | `32` |" in lora and "| `lora_r` | int | `16` |" in lora
+
+
 @pytest.mark.parametrize(("override", "where"), [
     ({"environment": {"dataset": "x.jsonl", "prompt_template": "Q:"}}, "prompt_template"),
     ({"network": {"pretrained_model_name_or_path": "m", "lora_config": {"rank": 4}}}, "rank"),

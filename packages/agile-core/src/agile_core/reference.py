@@ -14,13 +14,11 @@ from typing import Any
 from pydantic import AliasChoices, BaseModel
 from pydantic_core import PydanticUndefined
 
-from agile_core.registry import paradigms
+from agile_core.registry import Paradigm, paradigms
 from agile_core.specs.env import GymEnvSpec, WrapperSpec
 from agile_core.specs.mutation import MutationProbabilities, MutationSpec, RLHyperparameter
 from agile_core.specs.network import (
     CnnConfig,
-    FinetuningNetworkSpec,
-    LoraConfig,
     LstmConfig,
     MlpConfig,
     MultiInputConfig,
@@ -35,9 +33,58 @@ SECTIONS: list[tuple[str, list[type[BaseModel]]]] = [
     ("replay_buffer", [ReplayBufferSpec, NStepBufferArgs, PerBufferArgs]),
     ("mutation", [MutationSpec, MutationProbabilities, RLHyperparameter]),
     ("tournament_selection / selection_strategy", [TournamentSelectionSpec, MultiFrequencySelectionSpec]),
-    ("network", [NetworkSpec, MlpConfig, CnnConfig, LstmConfig, SimbaConfig, MultiInputConfig, FinetuningNetworkSpec, LoraConfig]),
+    ("network", [NetworkSpec, MlpConfig, CnnConfig, LstmConfig, SimbaConfig, MultiInputConfig]),
     ("environment (Gymnasium)", [GymEnvSpec, WrapperSpec]),
 ]
+"""Sections every paradigm shares; a paradigm that registers its own `network_spec` gets its
+`network` tables from :func:`paradigm_network_specs` instead (core knows no paradigm's specs)."""
+
+
+def paradigm_network_specs() -> list[tuple[list[Paradigm], list[type[BaseModel]]]]:
+    """The `network` specs installed paradigms register in place of core's `NetworkSpec`: for each
+    distinct spec, the paradigms that register it and the models to document (the spec, then the
+    models its fields nest that no earlier table documents)."""
+    documented = {model for _, group in SECTIONS for model in group}
+    grouped: dict[type[BaseModel], list[Paradigm]] = {}
+    for paradigm in sorted(paradigms().values(), key=lambda p: p.name):
+        if paradigm.network_spec not in documented:
+            grouped.setdefault(paradigm.network_spec, []).append(paradigm)
+    found = []
+    for spec, users in grouped.items():
+        models = [spec, *(model for model in _with_nested_models(spec)[1:] if model not in documented)]
+        documented.update(models)
+        found.append((users, models))
+    return found
+
+
+def _with_nested_models(model: type[BaseModel], seen: list[type[BaseModel]] | None = None) -> list[type[BaseModel]]:
+    """`model`, then every model its fields' annotations name, depth first, each once."""
+    seen = [] if seen is None else seen
+    seen.append(model)
+    for info in model.model_fields.values():
+        for nested in _models_in(info.annotation):
+            if nested not in seen:
+                _with_nested_models(nested, seen)
+    return seen
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    if typing.get_origin(annotation) is None and isinstance(annotation, type):
+        return [annotation] if issubclass(annotation, BaseModel) else []
+    return [model for arg in typing.get_args(annotation) for model in _models_in(arg)]
+
+
+def _paradigm_network_parts() -> list[str]:
+    parts = []
+    for users, models in paradigm_network_specs():
+        names = [f"`{p.name}`" for p in users]
+        listed = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+        packages = ", ".join(dict.fromkeys(f"`{p.distribution}`" for p in users))
+        who = (f"Paradigm {listed} (package {packages}) validates" if len(users) == 1
+               else f"Paradigms {listed} (package {packages}) validate")
+        parts.append(f"{who} `network` with `{models[0].__name__}` instead of `NetworkSpec`.\n")
+        parts.extend(model_table(model) for model in models)
+    return parts
 
 
 def _default(info: Any) -> str:
@@ -105,7 +152,12 @@ def manifest_reference_markdown() -> str:
     ]
     for title, models in SECTIONS:
         parts.append(f"## `{title}`\n")
+        if title == "network":
+            parts.append("Validated by `NetworkSpec` unless the algorithm's paradigm registers its own "
+                         "network spec (after the `NetworkSpec` tables).\n")
         parts.extend(model_table(model) for model in models)
+        if title == "network":
+            parts.extend(_paradigm_network_parts())
     parts.append("## `algorithm`\n")
     for paradigm in sorted(paradigms().values(), key=lambda p: p.name):
         parts.append(f"Paradigm `{paradigm.name}` (package `{paradigm.distribution}`).\n")

@@ -9,7 +9,7 @@ from pydantic import AliasChoices, BaseModel, Field, create_model
 from agile_core.registry import paradigms
 from agile_core.specs._base import Spec
 from agile_core.specs.mutation import MutationSpec
-from agile_core.specs.network import FinetuningNetworkSpec, NetworkSpec
+from agile_core.specs.network import NetworkSpec
 from agile_core.specs.selection import SelectionStrategySpec
 from agile_core.specs.training import ReplayBufferSpec, TrainingSpec
 
@@ -19,7 +19,7 @@ def manifest_json_schema() -> dict[str, Any]:
     found = list(paradigms().values())
     algorithms = tuple(spec for paradigm in found for spec in paradigm.algorithms)
     envs = tuple(dict.fromkeys(paradigm.env_spec for paradigm in found))
-    networks = tuple(dict.fromkeys([NetworkSpec, FinetuningNetworkSpec, *(p.network_spec for p in found)]))
+    networks = tuple(dict.fromkeys([NetworkSpec, *(p.network_spec for p in found)]))
     algorithm_type: Any = (
         Annotated[Union[algorithms], Field(discriminator="name")] if len(algorithms) > 1  # noqa: UP007
         else (algorithms[0] if algorithms else dict[str, Any])

@@ -31,8 +31,9 @@ __all__ = ["DPOSpec", "FinetuningNetworkSpec", "GRPOSpec", "LLMDatasetEnvSpec", 
 
 
 class LoraConfigSpec(Spec):
-    """LoRA adapter settings shared by every member of a population (each member has its own
-    adapter weights; these shapes are fixed: no architecture mutation for LLMs)."""
+    """LoRA adapter settings (passed to ``peft.LoraConfig``, with ``bias="none"``) shared by every
+    member of a population (each member has its own adapter weights; these shapes are fixed: no
+    architecture mutation for LLMs)."""
 
     lora_r: PositiveInt = 16
     """Rank of the low-rank update matrices."""

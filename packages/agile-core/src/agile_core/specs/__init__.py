@@ -5,8 +5,6 @@ from agile_core.specs.env import EnvSpec, GymEnvSpec, WrapperSpec
 from agile_core.specs.mutation import MutationProbabilities, MutationSpec, RLHyperparameter
 from agile_core.specs.network import (
     CnnConfig,
-    FinetuningNetworkSpec,
-    LoraConfig,
     LstmConfig,
     MlpConfig,
     MultiInputConfig,
@@ -23,9 +21,7 @@ __all__ = [
     "AlgorithmSpec",
     "CnnConfig",
     "EnvSpec",
-    "FinetuningNetworkSpec",
     "GymEnvSpec",
-    "LoraConfig",
     "LstmConfig",
     "MlpConfig",
     "MultiFrequencySelectionSpec",

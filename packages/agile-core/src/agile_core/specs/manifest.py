@@ -63,7 +63,8 @@ class TrainingManifest(Spec):
     training: TrainingSpec = Field(default_factory=TrainingSpec)
     """Training loop, population and evolution schedule."""
     network: SerializeAsAny[Spec] | None = None
-    """Network architecture (`NetworkSpec`; `FinetuningNetworkSpec` for LLMs)."""
+    """Network section, validated by the `network_spec` of the algorithm's paradigm (`NetworkSpec`
+    unless the paradigm registers its own)."""
     mutation: MutationSpec | None = None
     """Mutation operators and hyperparameter ranges (defaults when HPO is on and this is null)."""
     selection_strategy: SelectionStrategySpec | None = Field(
@@ -426,7 +427,8 @@ def _range_bound_issues(spec_class: type[AlgorithmSpec], hp: str, kind: type,
     """A mutation range must hold only values the hyperparameter itself accepts (no `gamma` of 2,
     no negative `lr`, no `batch_size` of 0): each bound is checked against the field's own rules."""
     field = spec_class.model_fields[hp]
-    adapter = TypeAdapter(Annotated[field.annotation, *field.metadata])
+    constrained: Any = Annotated[field.annotation, *field.metadata]  # the field's type with its rules
+    adapter: TypeAdapter[Any] = TypeAdapter(constrained)
     issues = []
     for end in ("min", "max"):
         value = bounds.get(end)

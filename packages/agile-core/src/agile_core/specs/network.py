@@ -299,34 +299,6 @@ class NetworkSpec(Spec):
         return warnings
 
 
-class LoraConfig(Spec):
-    """LoRA adapter settings (mapped onto peft.LoraConfig)."""
-
-    lora_r: PositiveInt = 16
-    """Rank of the low-rank update."""
-    lora_alpha: float = Field(default=64.0, gt=0)
-    """Scaling numerator of the update (scale = lora_alpha / lora_r)."""
-    target_modules: list[str] | Literal["all-linear"] = Field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"]
-    )
-    """Names of the modules that get adapters, or 'all-linear'."""
-    lora_dropout: float = Field(default=0.05, ge=0.0, lt=1.0)
-    """Dropout on the adapter input."""
-    task_type: Literal["CAUSAL_LM", "SEQ_CLS", "SEQ_2_SEQ_LM", "TOKEN_CLS"] = "CAUSAL_LM"
-    """peft task type."""
-
-
-class FinetuningNetworkSpec(Spec):
-    """Network section for LLM finetuning: a pretrained model plus optional LoRA adapters."""
-
-    pretrained_model_name_or_path: str = Field(min_length=1)
-    """A Hugging Face model id or a local directory holding a saved model."""
-    max_context_length: PositiveInt | None = None
-    """Longest prompt plus completion, in tokens (the model's own limit when null)."""
-    lora_config: LoraConfig | None = None
-    """LoRA adapters to train; the full model is finetuned when null."""
-
-
 def _check_bounds(low: int, high: int, name: str) -> None:
     if low > high:
         raise field_error(f"min_{name}", f"min_{name} ({low}) must not exceed max_{name} ({high})")
