@@ -67,7 +67,16 @@ def test_programmatic_registration_and_removal():
     from agile_core.specs.env import GymEnvSpec
 
     spec = registry.algorithm_spec("DQN")
-    custom = registry.Paradigm(name="custom", distribution="x", algorithms=(), env_spec=GymEnvSpec)
+    class CustomParadigm(registry.Paradigm):
+        name = "custom"
+        distribution = "x"
+        algorithms = ()
+        env_spec = GymEnvSpec
+
+        def run_loop(self, manifest, env, population, options, device):
+            raise NotImplementedError
+
+    custom = CustomParadigm()
     registry.register_paradigm(custom)
     try:
         assert "custom" in registry.paradigms()

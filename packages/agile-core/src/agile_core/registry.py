@@ -1,22 +1,28 @@
 """Discovery of paradigm packages through the `agile.paradigms` entry-point group.
 
-Core never imports a paradigm package by name: each one declares a `Paradigm` in a light
-module (no torch at import) and points an entry point at it. Discovery is lazy and cached.
+Core never imports a paradigm package by name: each one subclasses :class:`Paradigm` in a light
+module (no torch at import) and points an entry point at an instance. Discovery is lazy and
+cached.
 """
 
 from __future__ import annotations
 
 import difflib
-import importlib
 import warnings
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
 from importlib.metadata import entry_points
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from agile_core.specs._base import Spec
 from agile_core.specs.algorithm import AlgorithmSpec
 from agile_core.specs.env import EnvSpec
 from agile_core.specs.network import NetworkSpec
+
+if TYPE_CHECKING:
+    from agile_core.specs.manifest import TrainingManifest
+    from agile_core.training.options import RunOptions
 
 ENTRY_POINT_GROUP = "agile.paradigms"
 
@@ -42,40 +48,78 @@ KNOWN_ALGORITHMS: Mapping[str, str] = {
 """Every algorithm of the agile family and the distribution that provides it."""
 
 
-@dataclass(frozen=True)
-class Paradigm:
-    """What a paradigm package contributes: algorithm specs, its env spec, its training loop."""
+class Paradigm(ABC):
+    """What a paradigm package contributes: its algorithms' specs, its manifest sections and the
+    typed hooks the trainer calls. Subclass it once per paradigm in a light module (import no
+    torch at module level: import the loop inside the methods) and point an ``agile.paradigms``
+    entry point at an instance."""
 
-    name: str
+    name: ClassVar[str]
     """Paradigm id, e.g. `off_policy`."""
-    distribution: str
+    distribution: ClassVar[str]
     """Distribution to install for it, e.g. `agile-offpolicy`."""
-    algorithms: tuple[type[AlgorithmSpec], ...]
+    algorithms: ClassVar[tuple[type[AlgorithmSpec], ...]]
     """Spec class of each algorithm it provides."""
-    env_spec: type[EnvSpec]
+    env_spec: ClassVar[type[EnvSpec]]
     """Spec of the manifest's `environment` section for these algorithms."""
-    network_spec: type[Any] = NetworkSpec
+    network_spec: ClassVar[type[Spec]] = NetworkSpec
     """Spec of the manifest's `network` section."""
-    hooks: Mapping[str, str] = field(default_factory=dict)
-    """Lazily imported `module:attr` references: `run_loop`, `make_env`, `buffer_factory`..."""
-    training_fields: frozenset[str] = frozenset()
+    training_fields: ClassVar[frozenset[str]] = frozenset()
     """`training` fields this paradigm reads beyond the ones every paradigm reads
     (:data:`~agile_core.specs.training.COMMON_TRAINING_FIELDS`); a manifest that sets any other is
     rejected, naming the paradigm."""
+    builds_envs: ClassVar[bool] = False
+    """Whether :meth:`make_env` builds the paradigm's own kind of environment (PettingZoo, data
+    sets): an environment object handed to a trainer is then used as it is, not wrapped as a
+    Gymnasium vector env."""
+    trains_on_ray: ClassVar[bool] = False
+    """Whether :meth:`make_phase` exists, so the Ray backend can spread members over workers."""
 
     def algorithm_names(self) -> list[str]:
         """Names of the algorithms this paradigm registers."""
         return [spec.registered_name() for spec in self.algorithms]
 
-    def load_attr(self, hook: str) -> Any:
-        """Import and return the object a hook names; a clear error when it is missing."""
-        if hook not in self.hooks:
-            raise LookupError(f"paradigm '{self.name}' provides no '{hook}'")
-        module_name, _, attr = self.hooks[hook].partition(":")
-        target: Any = importlib.import_module(module_name)
-        for part in attr.split("."):
-            target = getattr(target, part)
-        return target
+    @abstractmethod
+    def run_loop(self, manifest: TrainingManifest, env: Any, population: list[Any], options: RunOptions,
+                 device: str) -> tuple[list[Any], list[float]]:
+        """Train `population` in `env` as the manifest says; the population and its last fitnesses."""
+
+    def make_env(self, spec: Any, *, base_dir: str | Path | None = None, seed: int | None = None,
+                 num_envs: int | None = None) -> Any:
+        """The environment of the manifest's `environment` section: a Gymnasium vector env unless
+        the paradigm builds its own kind (then it overrides this and sets :attr:`builds_envs`)."""
+        from agile_core.environments import make_vector_env
+        from agile_core.specs.env import GymEnvSpec
+
+        if not isinstance(spec, GymEnvSpec):
+            raise TypeError(f"{type(spec).__name__} environments are built by their paradigm")
+        return make_vector_env(spec, base_dir=base_dir, seed=seed, num_envs=num_envs)
+
+    def agent_spaces(self, env: Any) -> tuple[Any, ...]:
+        """The space arguments an agent of this paradigm is built from (Gymnasium: the single
+        observation and action spaces of the vector env)."""
+        return env.single_observation_space, env.single_action_space
+
+    def make_population(self, manifest: TrainingManifest, env: Any, hp_config: Any,
+                        device: str) -> list[Any] | None:
+        """The members, for paradigms whose agents are not built from spaces (LLMs); None: the
+        trainer builds `pop_size` agents of the algorithm class from :meth:`agent_spaces`."""
+        return None
+
+    def make_replay_buffer(self, spec: Any, algo_spec: AlgorithmSpec, device: Any, *, n_step: bool = False,
+                           **spaces: Any) -> Any:
+        """The replay buffer a `replay_buffer` section asks for (paradigms that replay experience)."""
+        raise LookupError(f"paradigm '{self.name}' keeps no replay buffer")
+
+    def make_phase(self, manifest: TrainingManifest, env: Any, device: str) -> Any:
+        """One member's training phase built outside the loop: what a Ray worker runs (paradigms
+        with :attr:`trains_on_ray`)."""
+        raise LookupError(f"paradigm '{self.name}' cannot train on Ray workers")
+
+    def checkpoint_evaluator(self) -> Callable[..., dict[str, Any]] | None:
+        """The function `agile evaluate` calls for this paradigm's checkpoints when the generic
+        evaluation (episodes in a Gymnasium env) does not fit; None: the generic one."""
+        return None
 
 
 class UnknownAlgorithmError(LookupError):

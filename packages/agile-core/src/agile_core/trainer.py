@@ -23,7 +23,7 @@ from agile_core.distributed.options import BACKENDS, RayOptions
 from agile_core.errors import ManifestError, ManifestIssue, RunWarning
 from agile_core.registry import algorithm_spec, paradigm_of
 from agile_core.specs.algorithm import AlgorithmSpec
-from agile_core.specs.env import EnvSpec, GymEnvSpec
+from agile_core.specs.env import EnvSpec
 from agile_core.specs.manifest import TrainingManifest
 from agile_core.specs.mutation import MutationSpec
 from agile_core.specs.selection import MultiFrequencySelectionSpec, TournamentSelectionSpec
@@ -160,23 +160,15 @@ class LocalTrainer(Trainer):
     def make_env(self, num_envs: int | None = None) -> Any:
         """The vector env of the manifest (or the env object given to the constructor; a single
         Gymnasium env becomes a one-sub-env vector env around it)."""
+        paradigm = paradigm_of(self.manifest.algorithm.name)
         if self.env_object is not None:
-            if "make_env" in paradigm_of(self.manifest.algorithm.name).hooks:  # the paradigm wraps its own
+            if paradigm.builds_envs:  # the paradigm's own kind of env (PettingZoo...): used as it is
                 return self.env_object
             from agile_core.training.envs import as_vector_env
 
             return as_vector_env(self.env_object)
-        from agile_core.environments import make_vector_env
-
-        env_spec = self.manifest.environment
-        paradigm = paradigm_of(self.manifest.algorithm.name)
-        if "make_env" in paradigm.hooks:  # paradigms with their own env kind (PettingZoo...)
-            return paradigm.load_attr("make_env")(env_spec, base_dir=self.manifest.base_dir,
-                                                  seed=self.manifest.training.seed, num_envs=num_envs)
-        if not isinstance(env_spec, GymEnvSpec):
-            raise TrainerConfigError(f"{type(env_spec).__name__} environments are built by their paradigm")
-        return make_vector_env(env_spec, base_dir=self.manifest.base_dir, seed=self.manifest.training.seed,
-                               num_envs=num_envs)
+        return paradigm.make_env(self.manifest.environment, base_dir=self.manifest.base_dir,
+                                 seed=self.manifest.training.seed, num_envs=num_envs)
 
     def make_hp_config(self) -> Any:
         """Which hyperparameters mutate: the explicit `hp_config`, else the manifest's ranges."""
@@ -194,10 +186,10 @@ class LocalTrainer(Trainer):
         """`pop_size` agents of the manifest's algorithm, seeded per index (or what the
         paradigm's `make_population` hook builds: ``hook(manifest, env, hp_config, device)``)."""
         spec = self.manifest.algorithm
-        hooks = paradigm_of(spec.name).hooks
-        if "make_population" in hooks:  # paradigms whose members are not built from spaces (LLMs)
-            return list(paradigm_of(spec.name).load_attr("make_population")(self.manifest, env, hp_config,
-                                                                              self.device))
+        paradigm = paradigm_of(spec.name)
+        built = paradigm.make_population(self.manifest, env, hp_config, self.device)
+        if built is not None:  # paradigms whose members are not built from spaces (LLMs)
+            return list(built)
         module_name, _, class_name = type(spec).algorithm_class.partition(":")
         algorithm_class = getattr(importlib.import_module(module_name), class_name)
         parameters = inspect.signature(algorithm_class).parameters
@@ -211,9 +203,7 @@ class LocalTrainer(Trainer):
         if accepted("net_config") and self.manifest.network is not None:
             kwargs["net_config"] = self.manifest.network.model_dump(exclude_none=True)
         kwargs.update({k: v for k, v in self.networks.items() if v is not None and accepted(k)})
-        paradigm = paradigm_of(spec.name)
-        spaces = paradigm.load_attr("agent_spaces")(env) if "agent_spaces" in paradigm.hooks else \
-            (env.single_observation_space, env.single_action_space)
+        spaces = paradigm.agent_spaces(env)
         self._check_population_fits(lambda device: algorithm_class(*spaces, index=0, hp_config=hp_config,
                                                                    device=device, **kwargs))
         population = []
@@ -313,11 +303,11 @@ class LocalTrainer(Trainer):
             return train_with_ray(self, self.ray_options, options, threads=threads)
         from agile_core.threads import configure_threads
 
-        run_loop = paradigm_of(self.manifest.algorithm.name).load_attr("run_loop")
+        paradigm = paradigm_of(self.manifest.algorithm.name)
         env, population, selection, mutation = self.setup()
         processes = int(getattr(self.accelerator, "num_processes", None) or os.environ.get("WORLD_SIZE") or 1)
         configure_threads(population, threads, processes)
-        return run_loop(self.manifest, env, population, options(selection, mutation), self.device)
+        return paradigm.run_loop(self.manifest, env, population, options(selection, mutation), self.device)
 
 
 def _optional_path(value: Any, name: str) -> str | None:

@@ -57,9 +57,9 @@ def make_env(agent: Any, env_id: str, config: dict[str, Any]) -> Any:
         paradigm = paradigm_of(type(agent).__name__)
     except UnknownAlgorithmError:
         paradigm = None
-    if paradigm is not None and "make_env" in paradigm.hooks:
+    if paradigm is not None and paradigm.builds_envs:
         spec = paradigm.env_spec.model_validate({"name": env_id, "num_envs": 1, "config": config})
-        return paradigm.load_attr("make_env")(spec)
+        return paradigm.make_env(spec)
     import gymnasium as gym
 
     from agile_core.environments.extras import register_env_namespace
@@ -100,13 +100,10 @@ def episode_returns(agent: Any, env_id: str, episodes: int, seed: int,
         env.close()
 
 
-LLM_PARADIGMS = ("llm_dataset", "llm_rollout")
-"""Paradigms whose checkpoints `agile_llm.evaluation.evaluate_checkpoint` evaluates."""
-
-
 def llm_evaluator(path: str) -> Any:
-    """The checkpoint evaluator of the paradigm that saved `path` when it is an LLM paradigm
-    (its ``evaluate_checkpoint`` hook, else agile_llm's); None for RL agents or unreadable paths."""
+    """The checkpoint evaluator of the paradigm that saved `path` when it has its own (LLM
+    paradigms: :meth:`~agile_core.registry.Paradigm.checkpoint_evaluator`); None for RL agents
+    or unreadable paths."""
     from agile_core.checkpoint import CheckpointError, inspect_checkpoint
     from agile_core.registry import UnknownAlgorithmError, paradigm_of
     from agile_core.training.checkpointing import resolve_run_checkpoint
@@ -121,13 +118,7 @@ def llm_evaluator(path: str) -> Any:
         paradigm = paradigm_of(algorithm)
     except UnknownAlgorithmError:
         return None
-    if "evaluate_checkpoint" in paradigm.hooks:
-        return paradigm.load_attr("evaluate_checkpoint")
-    if paradigm.name in LLM_PARADIGMS:
-        from agile_llm.evaluation import evaluate_checkpoint
-
-        return evaluate_checkpoint
-    return None
+    return paradigm.checkpoint_evaluator()
 
 
 def _run_directory_algorithm(path: str) -> str:

@@ -26,14 +26,11 @@ if TYPE_CHECKING:
     from agile_core.training.generations import GenerationLoop, PhaseResult
     from agile_core.training.options import RunOptions
 
-PHASE_HOOK = "make_phase"
-
-
 def supported_paradigms() -> list[str]:
-    """Installed paradigms the Ray backend can train (those with a ``make_phase`` hook)."""
+    """Installed paradigms the Ray backend can train (those whose members train in a phase)."""
     from agile_core.registry import paradigms
 
-    return sorted(name for name, paradigm in paradigms().items() if PHASE_HOOK in paradigm.hooks)
+    return sorted(name for name, paradigm in paradigms().items() if paradigm.trains_on_ray)
 
 
 def check_supported(trainer: LocalTrainer, options: RayOptions) -> None:
@@ -41,7 +38,7 @@ def check_supported(trainer: LocalTrainer, options: RayOptions) -> None:
     from agile_core.registry import paradigm_of
 
     paradigm = paradigm_of(trainer.manifest.algorithm.name)
-    if PHASE_HOOK not in paradigm.hooks:
+    if not paradigm.trains_on_ray:
         raise BackendError(f"backend ray does not support paradigm {paradigm.name} yet "
                            f"(supported: {', '.join(supported_paradigms()) or 'none installed'}); "
                            "use --backend local")

@@ -1,7 +1,7 @@
 """The Ray actor that trains and evaluates population members.
 
-A worker rebuilds the run's environment and the paradigm's phase from the manifest (hook
-``make_phase(manifest, env, device)``), then serves requests from the driver: train member
+A worker rebuilds the run's environment and the paradigm's phase from the manifest
+(:meth:`~agile_core.registry.Paradigm.make_phase`), then serves requests from the driver: train member
 `slot` for some vector steps from a seed, or evaluate it. Agents arrive and leave as agent
 bytes (:mod:`agile_core.distributed.agent_bytes`). The worker keeps the members it trained
 last, so their evaluation needs no second transfer.
@@ -25,7 +25,6 @@ class MemberWorker:
 
         from agile_core.registry import paradigm_of
         from agile_core.specs.manifest import validate_source
-        from agile_core.trainer import LocalTrainer
         from agile_core.training.envs import as_vector_env
         from agile_core.training.heap import retain_freed_memory
         from agile_core.yaml_source import ManifestSource
@@ -35,8 +34,10 @@ class MemberWorker:
         manifest = validate_source(ManifestSource(data=manifest_data, filename="<driver manifest>",
                                                   base_dir=Path(base_dir)))
         self.device = device
-        self.env = as_vector_env(LocalTrainer.from_manifest(manifest, device=device).make_env())
-        self.phase = paradigm_of(manifest.algorithm.name).load_attr("make_phase")(manifest, self.env, device)
+        paradigm = paradigm_of(manifest.algorithm.name)
+        self.env = as_vector_env(paradigm.make_env(manifest.environment, base_dir=manifest.base_dir,
+                                                   seed=manifest.training.seed))
+        self.phase = paradigm.make_phase(manifest, self.env, device)
         self.swap_channels = bool(manifest.algorithm.hyperparameters().get("CHANNELS_LAST", False))
         self.eval_steps = manifest.training.eval_steps
         self.eval_loop = manifest.training.eval_loop

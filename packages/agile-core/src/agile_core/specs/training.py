@@ -62,7 +62,7 @@ class ReplayBufferSpec(Spec):
         pass `observation_space=` and `action_space=` (the buffer is preallocated from them)."""
         from agile_core.registry import paradigm_of
 
-        factory = paradigm_of(algo_spec.name).load_attr("buffer_factory")
+        factory = paradigm_of(algo_spec.name).make_replay_buffer
         return _sized(factory, self, algo_spec, device, n_step=False, **spaces)
 
     def init_n_step_buffer(self, algo_spec: Any, device: Any = "cpu", **spaces: Any) -> Any:
@@ -71,7 +71,7 @@ class ReplayBufferSpec(Spec):
             return None
         from agile_core.registry import paradigm_of
 
-        factory = paradigm_of(algo_spec.name).load_attr("buffer_factory")
+        factory = paradigm_of(algo_spec.name).make_replay_buffer
         return _sized(factory, self, algo_spec, device, n_step=True, **spaces)
 
 

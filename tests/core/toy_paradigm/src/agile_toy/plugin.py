@@ -31,4 +31,16 @@ class ToyEnvSpec(EnvSpec):
     """How hard the toy task is."""
 
 
-PARADIGM = Paradigm(name="toy", distribution="agile-toy", algorithms=(ToyAlgoSpec,), env_spec=ToyEnvSpec)
+class ToyParadigm(Paradigm):
+    """Validates toy manifests; trains nothing."""
+
+    name = "toy"
+    distribution = "agile-toy"
+    algorithms = (ToyAlgoSpec,)
+    env_spec = ToyEnvSpec
+
+    def run_loop(self, manifest, env, population, options, device):
+        raise NotImplementedError("the toy paradigm only validates manifests")
+
+
+PARADIGM = ToyParadigm()
