@@ -1,5 +1,5 @@
-"""Property-based fuzzing of `agile validate` (issue 21): mutated shipped manifests, random YAML text
-and hostile YAML/JSON. Every input must end in exit code 0 or 2 within a second, with no traceback
+"""Property-based fuzzing of `agile validate`: mutated shipped manifests, random YAML text and
+hostile YAML/JSON. Every input must end in exit code 0 or 2 within a second, with no traceback
 and bounded memory; at least 1,000 inputs are tried per run."""
 
 from __future__ import annotations

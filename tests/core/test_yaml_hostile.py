@@ -1,5 +1,5 @@
 """Hostile YAML and JSON manifests: each is refused with a clean `FILE:LINE: path: message`, exit code
-2, within a second and without expanding anything into memory (issue 21, item 2)."""
+2, within a second and without expanding anything into memory."""
 
 from __future__ import annotations
 
