@@ -11,7 +11,7 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from agile_onpolicy.rollout_buffer import RolloutBatch, RolloutBuffer
+from agile_onpolicy.rollout import RolloutBatch, RolloutBuffer
 
 T, N = 8, 3
 DICT_OBS = spaces.Dict(

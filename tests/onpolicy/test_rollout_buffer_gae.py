@@ -7,7 +7,7 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from agile_onpolicy.rollout_buffer import RolloutBuffer
+from agile_onpolicy.rollout import RolloutBuffer
 
 GAMMA, LAMBDA = 0.9, 0.8
 

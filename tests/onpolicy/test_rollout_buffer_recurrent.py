@@ -10,7 +10,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from agile_onpolicy.rollout_buffer import RecurrentBatch, RolloutBuffer
+from agile_onpolicy.rollout import RecurrentBatch, RolloutBuffer
 
 T, N, LAYERS, HIDDEN = 10, 3, 2, 4
 # next-step autoreset pattern:

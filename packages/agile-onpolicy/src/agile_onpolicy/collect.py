@@ -45,10 +45,11 @@ from gymnasium.vector import VectorEnv
 from agile_core.training.envs import check_next_step_autoreset, swap_image_channels
 from agile_core.training.episodes import EpisodeTracker
 from agile_core.training.profiling import PROFILER
-from agile_onpolicy.ppo import PPO, HiddenStates
+from agile_core.training.tensor_tree import map_tree
+from agile_onpolicy.ppo import PPO
+from agile_onpolicy.ppo_hidden import HiddenStates
 from agile_onpolicy.rollout import RolloutBuffer
 from agile_onpolicy.rollout.hidden import HiddenStateStore
-from agile_onpolicy.rollout.storage import map_tree
 
 __all__ = ["CollectState", "collect_rollouts", "fit_buffer_hidden_states"]
 
@@ -96,13 +97,6 @@ class CollectState:
     def pop_finished(self) -> tuple[list[float], list[int]]:
         """Returns and lengths of the episodes finished since the last call (then cleared)."""
         return self.tracker.pop_finished()
-
-    def reset_hidden(self) -> None:
-        """Forget the recurrent state: the next row starts every sub-env from zeros (and is
-        flagged as an episode start, so that BPTT replays it from zeros too)."""
-        self.hidden = None
-        self.hidden_owner = None
-        self.episode_start[:] = True
 
 
 def _hidden_shapes(hidden: HiddenStates) -> dict[str, tuple[tuple[int, ...], ...]]:

@@ -40,10 +40,11 @@ from agile_core.training.evaluation import evaluate_population_batched
 from agile_core.training.generations import PhaseResult
 from agile_core.training.population import agent_rows, log_once, start_population_phase
 from agile_core.training.profiling import PROFILER
+from agile_core.training.tensor_tree import map_tree
 from agile_onpolicy.collect import fit_buffer_hidden_states
-from agile_onpolicy.ppo import PPO, HiddenStates
+from agile_onpolicy.ppo import PPO
+from agile_onpolicy.ppo_hidden import HiddenStates
 from agile_onpolicy.rollout import RolloutBuffer, compute_returns_and_advantages_together
-from agile_onpolicy.rollout.storage import map_tree
 
 __all__ = ["can_batch", "collect_and_learn_population", "evaluate_batched", "make_groups"]
 

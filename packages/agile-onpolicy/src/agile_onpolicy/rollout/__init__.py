@@ -1,10 +1,7 @@
 """On-policy rollout storage: buffer, advantage estimators, sequence planning for BPTT."""
 
-from agile_onpolicy.rollout.advantages import (
-    compute_gae,
-    compute_monte_carlo,
-    normalize_advantages,
-)
+from agile_core.training.advantages import compute_gae, compute_monte_carlo, normalize_advantages
+from agile_core.training.tensor_tree import TensorTree
 from agile_onpolicy.rollout.batches import RecurrentBatch, RolloutBatch
 from agile_onpolicy.rollout.buffer import (
     RolloutBuffer,
@@ -17,7 +14,6 @@ from agile_onpolicy.rollout.sequences import (
     SequenceType,
     plan_sequences,
 )
-from agile_onpolicy.rollout.storage import TensorTree
 
 __all__ = [
     "SEQUENCE_TYPES",

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from agile_onpolicy.rollout.storage import TensorTree, map_tree
+from agile_core.training.tensor_tree import TensorTree, map_tree
 
 __all__ = ["RecurrentBatch", "RolloutBatch"]
 

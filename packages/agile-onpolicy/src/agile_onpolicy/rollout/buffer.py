@@ -67,26 +67,26 @@ During BPTT the policy replays each :class:`RecurrentBatch` from its
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import Any, Literal
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import torch
 from gymnasium import spaces
 
-from agile_onpolicy.rollout.advantages import (
-    compute_gae,
-    compute_monte_carlo,
-    normalize_advantages,
-)
+from agile_core.training.advantages import normalize_advantages
+from agile_core.training.tensor_tree import TensorTree, allocate, as_tensor, write_row
 from agile_onpolicy.rollout.batches import RecurrentBatch, RolloutBatch
 from agile_onpolicy.rollout.hidden import HiddenShapes, HiddenStateStore
-from agile_onpolicy.rollout.sequences import SequenceType, plan_sequences
-from agile_onpolicy.rollout.storage import TensorTree, allocate, as_tensor, map_tree, write_row
+from agile_onpolicy.rollout.returns import (
+    TruncationBootstrap,
+    compute_returns_and_advantages,
+    compute_returns_and_advantages_together,
+)
+from agile_onpolicy.rollout.sampling import row_indices, row_minibatches, sequence_minibatches
+from agile_onpolicy.rollout.sequences import SequenceType
 
 __all__ = ["RolloutBuffer", "TruncationBootstrap", "compute_returns_and_advantages_together"]
-
-TruncationBootstrap = Literal["explicit", "autoreset_row"]
 
 
 class RolloutBuffer:
@@ -413,7 +413,7 @@ class RolloutBuffer:
         checked against the stored flags and a mismatch raises :class:`ValueError`.
 
         Uses GAE(gamma, lambda) when ``use_gae`` else discounted Monte-Carlo returns
-        (see :mod:`agile_onpolicy.rollout.advantages`). Every valid row that truncated
+        (see :mod:`agile_core.training.advantages`). Every valid row that truncated
         without terminating needs a bootstrap value: with ``"explicit"`` all must have
         been given (``final_value``/:meth:`set_truncation_values`); with
         ``"autoreset_row"`` missing ones are taken from the value stored on the next
@@ -421,34 +421,7 @@ class RolloutBuffer:
         observation under next-step autoreset), or from ``last_value`` on the last
         row. Missing values raise :class:`ValueError`.
         """
-        rewards, values, term, trunc, trunc_values, valid, last_v = self._estimator_inputs(
-            last_value, last_done, truncation_bootstrap
-        )
-        if self.use_gae:
-            adv, ret = compute_gae(
-                rewards, values, term, trunc, trunc_values, valid, last_v, self.gamma, self.gae_lambda
-            )
-        else:
-            adv, ret = compute_monte_carlo(
-                rewards, values, term, trunc, trunc_values, valid, last_v, self.gamma
-            )
-        self._store_estimates(adv, ret)
-
-    def _estimator_inputs(
-        self, last_value: Any, last_done: Any, truncation_bootstrap: TruncationBootstrap
-    ) -> tuple[torch.Tensor, ...]:
-        """Check the stored rows and return what the estimators take: ``(rewards, values,
-        terminations, truncations, truncation_values, valid, last_value)``."""
-        n = self._pos
-        if n == 0:
-            raise RuntimeError("cannot compute returns of an empty buffer")
-        if truncation_bootstrap not in ("explicit", "autoreset_row"):
-            raise ValueError(f"unknown truncation_bootstrap {truncation_bootstrap!r}")
-        last_v = self._env_vector(last_value, torch.float32, "last_value")
-        valid, term, trunc = self.valid[:n], self.terminations[:n], self.truncations[:n]
-        self._check_consistency(valid, term | trunc, last_done)
-        trunc_values = self._truncation_bootstrap(valid, term, trunc, last_v, truncation_bootstrap)
-        return self.rewards[:n], self.values[:n], term, trunc, trunc_values, valid, last_v
+        compute_returns_and_advantages(self, last_value, last_done, truncation_bootstrap)
 
     def _store_estimates(self, advantages: torch.Tensor, returns: torch.Tensor) -> None:
         n = self._pos
@@ -456,50 +429,6 @@ class RolloutBuffer:
         self.returns.zero_()
         self.advantages[:n], self.returns[:n] = advantages, returns
         self._computed = True
-
-    def _check_consistency(self, valid: torch.Tensor, done: torch.Tensor, last_done: Any) -> None:
-        """Reject flag patterns that no (next-step or same-step) autoreset env produces."""
-        broken = valid[:-1] & ~done[:-1] & ~valid[1:]
-        if bool(broken.any()):
-            step, env = (int(i) for i in broken.nonzero()[0])
-            raise ValueError(
-                f"row ({step}, env {env}) is valid and did not end its episode, but the next "
-                "row is marked invalid; only the step after a termination/truncation is an "
-                "autoreset step"
-            )
-        if last_done is not None:
-            expected = done[-1] & valid[-1]
-            given = self._env_vector(last_done, torch.bool, "last_done")
-            if bool(((given != expected) & valid[-1]).any()):
-                raise ValueError(
-                    "last_done disagrees with terminated|truncated stored on the last row"
-                )
-
-    def _truncation_bootstrap(
-        self,
-        valid: torch.Tensor,
-        term: torch.Tensor,
-        trunc: torch.Tensor,
-        last_v: torch.Tensor,
-        mode: TruncationBootstrap,
-    ) -> torch.Tensor:
-        """Return ``[n, num_envs]`` truncation bootstrap values, checking none is missing."""
-        n = valid.shape[0]
-        trunc_values = self.truncation_values[:n].clone()
-        missing = valid & trunc & ~term & ~self._has_truncation_value[:n]
-        if mode == "autoreset_row" and bool(missing.any()):
-            next_values = torch.cat([self.values[1:n], last_v[None]], dim=0)
-            next_is_autoreset = torch.cat([~valid[1:], torch.ones_like(valid[:1])], dim=0)
-            fill = missing & next_is_autoreset
-            trunc_values = torch.where(fill, next_values, trunc_values)
-            missing = missing & ~fill
-        if bool(missing.any()):
-            step, env = (int(i) for i in missing.nonzero()[0])
-            raise ValueError(
-                f"no bootstrap value for the truncation at row ({step}, env {env}); pass "
-                "final_value to add() or call set_truncation_values()"
-            )
-        return trunc_values
 
     def _training_advantages(self, normalize: bool) -> torch.Tensor:
         if not self._computed:
@@ -524,30 +453,8 @@ class RolloutBuffer:
         rows in none. With ``normalize_advantages`` advantages are standardised by
         the mean/std of all valid rows of the rollout (not per minibatch).
         """
-        if batch_size < 1:
-            raise ValueError("batch_size must be >= 1")
-        n = self._pos
-        adv = self._training_advantages(normalize_advantages).flatten(0, 1)
-
-        def flat(leaf: torch.Tensor) -> torch.Tensor:
-            return leaf[:n].flatten(0, 1)
-
-        obs = map_tree(flat, self.observations)
-        actions = map_tree(flat, self.actions)
-        log_probs, values, returns = flat(self.log_probs), flat(self.values), flat(self.returns)
-        masks = None if self.action_masks is None else flat(self.action_masks)
-        for rows in self.minibatch_indices(batch_size, rng, drop_last=drop_last):
-            idx = torch.as_tensor(rows, device=self.device)
-            yield RolloutBatch(
-                obs=map_tree(lambda leaf, i=idx: leaf[i], obs),
-                actions=map_tree(lambda leaf, i=idx: leaf[i], actions),
-                old_log_probs=log_probs[idx],
-                old_values=values[idx],
-                advantages=adv[idx],
-                returns=returns[idx],
-                indices=idx,
-                action_masks=None if masks is None else masks[idx],
-            )
+        yield from row_minibatches(self, batch_size, rng, normalize_advantages=normalize_advantages,
+                                   drop_last=drop_last)
 
     def minibatch_indices(
         self, batch_size: int, rng: np.random.Generator, *, drop_last: bool = False
@@ -558,13 +465,7 @@ class RolloutBuffer:
         ``rng.permutation`` call per epoch), so drawing the indices consumes `rng` exactly as
         drawing the minibatches does.
         """
-        if batch_size < 1:
-            raise ValueError("batch_size must be >= 1")
-        flat_valid = self.valid[: self._pos].reshape(-1).cpu().numpy()
-        order = rng.permutation(np.flatnonzero(flat_valid))
-        stop = len(order) - len(order) % batch_size if drop_last else len(order)
-        for begin in range(0, stop, batch_size):
-            yield order[begin : begin + batch_size]
+        yield from row_indices(self, batch_size, rng, drop_last=drop_last)
 
     def recurrent_minibatches(
         self,
@@ -584,63 +485,8 @@ class RolloutBuffer:
         :class:`RecurrentBatch` es carrying each sequence's stored initial hidden state,
         per-step ``episode_starts`` and padding/validity/loss masks.
         """
-        if self._hidden is None:
-            raise RuntimeError("recurrent_minibatches needs a recurrent buffer")
-        if batch_size_in_sequences < 1:
-            raise ValueError("batch_size_in_sequences must be >= 1")
-        n = self._pos
-        adv = self._training_advantages(normalize_advantages)
-        plan = plan_sequences(
-            n, self.num_envs, seq_len, sequence_type, valid=self.valid[:n].cpu().numpy()
-        )
-        time_index, step_mask = plan.step_index()
-        order = rng.permutation(plan.num_sequences)
-        # every sequence gathered once; a minibatch is then one index per field
-        every = self._sequence_batch(adv, plan.env, plan.start, time_index, step_mask, plan.owned_mask())
-        hidden_dim = self._hidden.batch_dim
-        for begin in range(0, len(order), batch_size_in_sequences):
-            chosen = torch.as_tensor(order[begin : begin + batch_size_in_sequences], device=self.device)
-            yield every.select_sequences(chosen, hidden_dim)
-
-    def _sequence_batch(
-        self,
-        advantages: torch.Tensor,
-        envs: np.ndarray,
-        starts: np.ndarray,
-        time_index: np.ndarray,
-        step_mask: np.ndarray,
-        owned: np.ndarray,
-    ) -> RecurrentBatch:
-        """Gather one :class:`RecurrentBatch` from index arrays of shape ``[L, B]``/``[B]``."""
-        assert self._hidden is not None
-        dev = self.device
-        env_t = torch.as_tensor(envs, device=dev)
-        ti = torch.as_tensor(time_index, device=dev)
-        ei = env_t[None, :].expand_as(ti)
-        mask = torch.as_tensor(step_mask, device=dev)
-
-        def pick(leaf: torch.Tensor) -> torch.Tensor:
-            out = leaf[ti, ei]
-            out[~mask] = 0
-            return out
-
-        valid_mask = pick(self.valid)
-        return RecurrentBatch(
-            obs=map_tree(pick, self.observations),
-            actions=map_tree(pick, self.actions),
-            old_log_probs=pick(self.log_probs),
-            old_values=pick(self.values),
-            advantages=pick(advantages),
-            returns=pick(self.returns),
-            initial_hidden=self._hidden.gather(torch.as_tensor(starts, device=dev), env_t),
-            episode_starts=pick(self.episode_starts),
-            step_mask=mask,
-            valid_mask=valid_mask,
-            loss_mask=valid_mask & torch.as_tensor(owned, device=dev),
-            time_indices=torch.where(mask, ti, torch.full_like(ti, -1)),
-            env_indices=env_t,
-            action_masks=None if self.action_masks is None else pick(self.action_masks),
-        )
+        yield from sequence_minibatches(self, self._hidden, seq_len, batch_size_in_sequences, rng, sequence_type,
+                                        normalize_advantages=normalize_advantages)
 
 
 def _action_mask_size(space: spaces.Space[Any]) -> int | None:
@@ -650,31 +496,3 @@ def _action_mask_size(space: spaces.Space[Any]) -> int | None:
     if isinstance(space, spaces.MultiDiscrete) and space.nvec.ndim == 1:
         return int(space.nvec.sum())
     return None
-
-
-def compute_returns_and_advantages_together(
-    buffers: Sequence[RolloutBuffer], last_values: Sequence[Any], last_dones: Sequence[Any]
-) -> None:
-    """``buffer.compute_returns_and_advantages(last_value, last_done)`` for every buffer, with one
-    backward GAE recursion for all GAE buffers holding the same number of rows (side by side,
-    each sub-env with its buffer's ``gamma`` and ``gae_lambda``; the same arithmetic, so the
-    same results). Population loops use it to pay the recursion's per-step cost once."""
-    together: dict[tuple[int, torch.device], list[tuple[RolloutBuffer, tuple[torch.Tensor, ...]]]] = {}
-    for buffer, last_value, last_done in zip(buffers, last_values, last_dones, strict=True):
-        if not buffer.use_gae:
-            buffer.compute_returns_and_advantages(last_value, last_done)
-            continue
-        inputs = buffer._estimator_inputs(last_value, last_done, "explicit")
-        together.setdefault((buffer.size, buffer.device), []).append((buffer, inputs))
-    for (_, device), members in together.items():
-        columns = [torch.cat(parts, dim=-1) for parts in zip(*(inputs for _, inputs in members), strict=True)]
-        gamma, gae_lambda = (
-            torch.cat([torch.full((b.num_envs,), getattr(b, name), dtype=torch.float64, device=device)
-                       for b, _ in members])
-            for name in ("gamma", "gae_lambda")
-        )
-        rewards, values, term, trunc, trunc_values, valid, last_v = columns
-        adv, ret = compute_gae(rewards, values, term, trunc, trunc_values, valid, last_v, gamma, gae_lambda)
-        for (buffer, _), a, r in zip(members, adv.split([b.num_envs for b, _ in members], dim=1),
-                                     ret.split([b.num_envs for b, _ in members], dim=1), strict=True):
-            buffer._store_estimates(a, r)

@@ -23,7 +23,7 @@ from typing import Any, TypeAlias
 
 import torch
 
-from agile_onpolicy.rollout.storage import TensorTree, map_tree, write_row
+from agile_core.training.tensor_tree import TensorTree, map_tree, write_row
 
 __all__ = ["HiddenShapes", "HiddenStateStore"]
 
