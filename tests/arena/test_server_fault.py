@@ -91,7 +91,7 @@ def test_kill_restart_resume_then_stop_and_resume_reach_the_uninterrupted_step_c
     assert log.count("resuming from the last checkpoint") >= 1
     assert not alive(pid) and os.path.isdir(run_dir / "elite")
     # every checkpoint the interrupted, stopped and resumed runs left loads, digests checked
-    from agile_core.algorithms.persistence import load_population
+    from agile_core.training.checkpointing import load_population
 
     left = sorted((run_dir / "checkpoints").glob("checkpoint_*"))
     assert [f"checkpoints/{path.name}" for path in left] == run_checkpoints(http, job_id)

@@ -164,8 +164,8 @@ def test_wrong_algorithm_and_non_checkpoint_are_refused(tmp_path):
 
 
 def test_population_checkpoint_round_trip(tmp_path):
-    from agile_core.algorithms.persistence import load_population, population_state
     from agile_core.checkpoint import CheckpointManager
+    from agile_core.training.checkpointing import load_population, population_state
 
     agents = [trained_agent(), TinyQ(OBS, ACT, index=5, seed=4)]
     agents[1].apply_architecture_mutation("head.add_layer", np.random.default_rng(1))

@@ -145,7 +145,7 @@ def test_agile_train_with_an_initial_reference_checkpoints_and_resumes(tmp_path:
     import shutil
 
     from agile_cli.main import main
-    from agile_core.algorithms.persistence import load_population
+    from agile_core.training.checkpointing import load_population
     from agile_llm.tiny import write_tiny
     from tests.llm.test_grpo import EXAMPLE, register_rollout
 

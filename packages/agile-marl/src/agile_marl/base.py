@@ -4,7 +4,6 @@ entry points (`get_action`, `test`) as the ``P = 1`` case of the population-shap
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -14,21 +13,9 @@ from gymnasium import spaces
 from agile_core.algorithms.base import MultiAgentAlgorithm
 from agile_core.networks.preprocessing import preprocess_population_observation
 from agile_marl.agent_ids import agent_groups
+from agile_marl.population import MultiAgentActions
 
-__all__ = ["MultiAgentActions", "MultiAgentAgent"]
-
-_NETWORK_KEYS = frozenset({"latent_dim", "min_latent_dim", "max_latent_dim", "encoder_config", "head_config", "simba",
-                           "random_seed"})
-
-
-@dataclass
-class MultiAgentActions:
-    """What a population-shaped acting rule gives: env actions per agent ``[P, rows, ...]`` and
-    whatever else the algorithm's loop needs (``extras[name][agent]``, e.g. IPPO's log-probs)."""
-
-    actions: dict[str, np.ndarray]
-    extras: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
-
+__all__ = ["MultiAgentAgent"]
 
 class MultiAgentAgent(MultiAgentAlgorithm):
     """Agents acting together in a PettingZoo Parallel env (see :mod:`agile_marl`).
@@ -47,23 +34,6 @@ class MultiAgentAgent(MultiAgentAlgorithm):
     def net_name(role: str, key: str) -> str:
         """The attribute holding network `role` of agent (or group) `key`: ``actor_speaker_0``."""
         return f"{role}_{key}"
-
-    @staticmethod
-    def net_config_for(net_config: Mapping[str, Any] | None, agent_id: str) -> dict[str, Any] | None:
-        """The network section for one agent: ``net_config`` itself, or its entry for the agent's
-        id or group when it is keyed by agent or group id (``{speaker: {...}, listener: {...}}``)."""
-        if not net_config:
-            return None
-        from agile_marl.agent_ids import group_id
-
-        shared = {key: value for key, value in net_config.items() if key in _NETWORK_KEYS}
-        keyed = dict(net_config.get("groups") or {})
-        keyed.update({key: value for key, value in net_config.items()
-                      if key not in _NETWORK_KEYS and key != "groups" and isinstance(value, Mapping)})
-        entry = keyed.get(agent_id, keyed.get(group_id(agent_id)))
-        if entry is None:
-            return shared or None
-        return dict(entry)
 
     def population_key(self) -> str:
         """Algorithm, device and every agent's spaces (members of one group must share them)."""

@@ -48,7 +48,7 @@ from agile_core.networks.preprocessing import preprocess_population_observation
 from agile_core.specs.network import NetworkSpec
 from agile_core.training.budget import rollout_vector_steps
 from agile_core.training.tensor_tree import map_tree
-from agile_marl.base import MultiAgentActions, MultiAgentAgent
+from agile_marl.base import MultiAgentAgent
 from agile_marl.buffers.rollout import (
     AgentGroupRows,
     MultiAgentRolloutBatch,
@@ -56,6 +56,7 @@ from agile_marl.buffers.rollout import (
     RolloutMinibatch,
     population_batch,
 )
+from agile_marl.population import MultiAgentActions
 from agile_marl.specs.ippo import IPPOSpec
 
 __all__ = ["IPPO"]

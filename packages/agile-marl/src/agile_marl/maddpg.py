@@ -57,8 +57,9 @@ from agile_core.networks import ContinuousQNetwork, DeterministicActor, Evolvabl
 from agile_core.specs.algorithm import AlgorithmSpec
 from agile_core.specs.network import NetworkSpec
 from agile_marl.agent_ids import group_id
-from agile_marl.base import MultiAgentActions, MultiAgentAgent
+from agile_marl.base import MultiAgentAgent
 from agile_marl.buffers.replay import MultiAgentBatch
+from agile_marl.population import MultiAgentActions
 from agile_marl.specs.maddpg import MADDPGSpec
 
 __all__ = ["MADDPG", "agent_network_configs"]

@@ -4,14 +4,25 @@ sub-envs ``[p * num_envs, (p + 1) * num_envs)``; members whose networks stack ac
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 
 from agile_core.algorithms.group import MemberGroup, make_member_groups
-from agile_marl.base import MultiAgentActions
 
-__all__ = ["Groups", "act_groups", "current_groups", "member_view"]
+__all__ = ["Groups", "MultiAgentActions", "act_groups", "current_groups", "member_view"]
+
+
+@dataclass
+class MultiAgentActions:
+    """What a population-shaped acting rule gives: env actions per agent ``[P, rows, ...]`` and
+    whatever else the algorithm's loop needs (``extras[name][agent]``, e.g. IPPO's log-probs)."""
+
+    actions: dict[str, np.ndarray]
+    extras: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
+
 
 Groups = list[tuple[list[int], MemberGroup]]
 

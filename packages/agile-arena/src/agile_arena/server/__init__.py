@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agile_arena.server.limits import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_UPLOAD_BYTES
+
 DEFAULT_PORT = 8470
-DEFAULT_MAX_REQUEST_BYTES = 1_048_576
-DEFAULT_MAX_UPLOAD_BYTES = 2 * 1024**3
-"""Largest submission that carries files (a model of about a billion 16-bit parameters)."""
 
 __all__ = ["DEFAULT_MAX_REQUEST_BYTES", "DEFAULT_MAX_UPLOAD_BYTES", "DEFAULT_PORT", "create_key", "serve"]
 

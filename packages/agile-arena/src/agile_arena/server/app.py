@@ -22,10 +22,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from agile_arena.server import DEFAULT_MAX_UPLOAD_BYTES, files, logs, uploads
+from agile_arena.server import files, logs, uploads
 from agile_arena.server.auth import bearer_token, hash_key
 from agile_arena.server.errors import ApiError
-from agile_arena.server.limits import BodyLimit
+from agile_arena.server.limits import DEFAULT_MAX_UPLOAD_BYTES, BodyLimit
 from agile_arena.server.paths import UnsafePath, resolve_inside
 from agile_arena.server.progress import ProgressReader
 from agile_arena.server.runner import DeleteRefused, ResumeRefused, Runner

@@ -9,6 +9,9 @@ from typing import Any
 from agile_arena.server.errors import ApiError
 
 Scope = dict[str, Any]
+DEFAULT_MAX_REQUEST_BYTES = 1_048_576
+DEFAULT_MAX_UPLOAD_BYTES = 2 * 1024**3
+"""Largest submission that carries files (a model of about a billion 16-bit parameters)."""
 DRAIN_LIMIT = 64 * 1024 * 1024
 UPLOAD_PATH = "/v1/experiments"
 UPLOAD_TYPE = b"application/x-tar"

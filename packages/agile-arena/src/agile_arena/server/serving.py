@@ -12,9 +12,9 @@ from typing import Any
 
 import uvicorn
 
-from agile_arena.server import DEFAULT_MAX_UPLOAD_BYTES
 from agile_arena.server.app import create_app
 from agile_arena.server.auth import KEY_PATTERN
+from agile_arena.server.limits import DEFAULT_MAX_UPLOAD_BYTES
 from agile_arena.server.sandbox import Sandbox
 
 

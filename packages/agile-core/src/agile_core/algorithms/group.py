@@ -140,16 +140,27 @@ def forward_with_free_rows(network: Callable[[Any], Any], inputs: Any, free_inpu
     return outputs[:, :rows], outputs[:, rows:].detach()
 
 
+def group_by_architecture(population: Sequence[Any], key: Callable[[Any], str],
+                          order: Callable[[Any], Any] | None = None) -> list[tuple[list[int], list[Any]]]:
+    """``[(slots, agents)]``: the agents split by ``key(agent)`` (groups in order of their first
+    slot). Within a group, agents are in slot order, or sorted by ``order(agent)`` (stable) when given."""
+    by_key: dict[str, list[int]] = {}
+    for slot, agent in enumerate(population):
+        by_key.setdefault(key(agent), []).append(slot)
+    groups = list(by_key.values())
+    if order is not None:
+        groups = [sorted(slots, key=lambda slot: order(population[slot])) for slots in groups]
+    return [(slots, [population[slot] for slot in slots]) for slots in groups]
+
+
 def make_member_groups(population: Sequence[EvolvableAlgorithm],
                        order: Callable[[Any], Any] | None = None) -> list[tuple[list[int], MemberGroup]]:
     """``[(slots, group)]``: the population split into groups by :func:`group_key` (in order of
     their first slot; within a group slot order, or sorted by ``order(agent)``, stable). Members
     whose networks differ in activation outside MLP hidden layers are split by their full key;
     agents whose networks still do not stack (convolutions, LSTMs of other sizes...) get groups of one."""
-    from agile_core.training.population import group_by_architecture
-
     groups: list[tuple[list[int], MemberGroup]] = []
-    for slots, members in group_by_architecture(population, _key_or_self, list, order=order):
+    for slots, members in group_by_architecture(population, _key_or_self, order=order):
         try:
             groups.append((slots, MemberGroup(members)))
             continue

@@ -22,7 +22,6 @@ from agile_core.algorithms.saved_state import (
     check_weights_fit,
     decode_scores,
     encode_scores,
-    rebuilding,
 )
 from agile_core.algorithms.spaces import space_from_dict, space_to_dict
 from agile_core.checkpoint import (
@@ -223,65 +222,3 @@ def read_agent(path: str | Path, device: torch.device | str = "cpu") -> tuple[di
         if meta.get("kind") != AGENT_KIND or "agent" not in checkpoint.part_names:
             raise CheckpointError(str(path), "not an agent checkpoint")
         return meta, checkpoint.part("agent")
-
-
-# ---------------------------------------------------------------------- populations
-POPULATION_KIND = "population"
-
-
-class PopulationCheckpoint:
-    """What a population checkpoint restores: agents, evolution state, loop counters, buffers."""
-
-    def __init__(self, agents: list[EvolvableAlgorithm], evolution: dict[str, Any], loop: dict[str, Any],
-                 buffers: dict[str, Any], path: Path) -> None:
-        self.agents = agents
-        self.evolution = evolution
-        self.loop = loop
-        self.buffers = buffers
-        self.path = path
-
-
-def population_state(agents: list[EvolvableAlgorithm], evolution: Mapping[str, Any], loop: Mapping[str, Any],
-                     buffers: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(metadata, parts) of a whole run: every agent, selection/mutation state, counters, RNGs."""
-    from agile_core.checkpoint import capture_rng_state
-
-    metas, parts = [], {}
-    for position, agent in enumerate(agents):
-        meta, tensors = agent_state(agent)
-        metas.append(meta)
-        parts[f"agent_{position}"] = tensors
-    parts["rng"] = capture_rng_state()
-    for name, state in (buffers or {}).items():
-        parts[f"buffer_{name}"] = state
-    metadata = {"kind": POPULATION_KIND, "agents": metas, "evolution": dict(evolution), "loop": dict(loop),
-                "buffers": sorted((buffers or {}).keys())}
-    return metadata, parts
-
-
-def load_population(path: str | Path, device: torch.device | str = "cpu", restore_rng: bool = True,
-                    weights_only: bool = False) -> PopulationCheckpoint:
-    """Rebuild every agent of a population checkpoint (resume; or `weights_only` for a warm start)."""
-    from agile_core.checkpoint import restore_rng_state
-
-    with read_checkpoint(path, map_location=device) as checkpoint:
-        meta = checkpoint.metadata
-        if meta.get("kind") != POPULATION_KIND:
-            raise CheckpointError(str(path), f"not a population checkpoint (kind={meta.get('kind')!r})")
-        agents = []
-        from agile_core.algorithms.base import EvolvableAlgorithm
-
-        saved_agents = meta.get("agents")
-        if not isinstance(saved_agents, list) or not saved_agents or not all(isinstance(a, dict) for a in saved_agents):
-            raise CheckpointError(str(path), "agents must be a non-empty list of agent objects")
-        for position, agent_meta in enumerate(saved_agents):
-            with rebuilding(checkpoint.path, f"agents[{position}]"):
-                klass = algorithm_class(str(agent_meta.get("algorithm")), EvolvableAlgorithm)
-                args = decode_argument(agent_meta["init_args"], device)
-                agent = klass(**args)
-                restore_agent(agent, agent_meta, checkpoint.part(f"agent_{position}"), weights_only=weights_only)
-            agents.append(agent)
-        buffers = {name: checkpoint.part(f"buffer_{name}") for name in meta.get("buffers", [])}
-        if restore_rng and not weights_only:
-            restore_rng_state(checkpoint.part("rng"))
-        return PopulationCheckpoint(agents, meta["evolution"], meta["loop"], buffers, Path(checkpoint.path))

@@ -37,6 +37,7 @@ from agile_core.networks.base import EvolvableModule
 from agile_core.networks.layers import DenseBlock
 from agile_core.networks.lstm import LstmLayer
 from agile_core.networks.noisy import NoisyLinear
+from agile_core.networks.stack_padding import NotStackableError, corner, stack_padded
 from agile_core.networks.stacked_lstm import StackedLstmLayer, StackedLstmWeights
 from agile_core.networks.stacked_noisy import StackedNoisyLinear
 
@@ -57,11 +58,6 @@ __all__ = [
     "stack_modules",
     "structure_key",
 ]
-
-
-class NotStackableError(TypeError):
-    """The networks cannot run as one stacked computation (different architectures, or a layer
-    type without a population version)."""
 
 
 SIZE_KEYS = frozenset({"num_inputs", "num_outputs", "latent_dim", "input_shape", "hidden_size", "hidden_state_size",
@@ -96,24 +92,6 @@ def structure_key(module: nn.Module, *, activations: bool = True) -> str:
     raise NotStackableError(f"{type(module).__name__} is not an EvolvableModule")
 
 
-def corner(shape: Sequence[int]) -> tuple[slice, ...]:
-    """The index of a member's ``shape`` in the leading corner of a (padded) stacked slice."""
-    return tuple(slice(0, int(size)) for size in shape)
-
-
-def _stack(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
-    """``[P, *max_shape]``: the tensors stacked, each zero-padded at the end of every dimension."""
-    if len({tuple(t.shape) for t in tensors}) == 1:
-        return torch.stack([t.detach() for t in tensors]).clone()
-    if len({t.dim() for t in tensors}) != 1:
-        raise NotStackableError("the members' parameters differ in rank")
-    shape = [max(sizes) for sizes in zip(*(t.shape for t in tensors), strict=True)]
-    stacked = tensors[0].new_zeros(len(tensors), *shape)
-    for index, tensor in enumerate(tensors):
-        stacked[index][corner(tensor.shape)] = tensor.detach()
-    return stacked
-
-
 def _flatten_middle(x: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...]]:
     """``[P, *batch, k] -> [P, prod(batch), k]``, with the batch shape to restore."""
     return x.reshape(x.shape[0], -1, x.shape[-1]), tuple(x.shape[1:-1])
@@ -131,8 +109,8 @@ class StackedLinear(nn.Module):
 
     def __init__(self, layers: Sequence[nn.Linear]) -> None:
         super().__init__()
-        self.weight = nn.Parameter(_stack([layer.weight for layer in layers]))
-        self.bias = nn.Parameter(_stack([layer.bias.unsqueeze(0) for layer in layers])) \
+        self.weight = nn.Parameter(stack_padded([layer.weight for layer in layers]))
+        self.bias = nn.Parameter(stack_padded([layer.bias.unsqueeze(0) for layer in layers])) \
             if layers[0].bias is not None else None
 
     @staticmethod
@@ -169,8 +147,8 @@ class StackedLayerNorm(nn.Module):
         widths = [int(norm.normalized_shape[0]) for norm in norms]
         self.normalized_shape = (max(widths),)
         self.eps = float(first.eps)
-        self.weight = nn.Parameter(_stack([norm.weight.unsqueeze(0) for norm in norms]))
-        self.bias = nn.Parameter(_stack([norm.bias.unsqueeze(0) for norm in norms])) if first.bias is not None else None
+        self.weight = nn.Parameter(stack_padded([norm.weight.unsqueeze(0) for norm in norms]))
+        self.bias = nn.Parameter(stack_padded([norm.bias.unsqueeze(0) for norm in norms])) if first.bias is not None else None
         if len(set(widths)) == 1 and len({float(norm.eps) for norm in norms}) == 1:
             self.unit_mask = self.unit_counts = self.unit_eps = None
         else:
@@ -253,8 +231,8 @@ class StackedDenseBlock(nn.Module):
         self.set_member_activations(tuple(_stateless(block.activation) for block in blocks))
         self.residual = first.residual
         if self.residual:
-            self.register_buffer("shortcut", _stack([block.shortcut.t() for block in blocks]))
-            self.gate = nn.Parameter(_stack([block.gate.reshape(1, 1) for block in blocks]))
+            self.register_buffer("shortcut", stack_padded([block.shortcut.t() for block in blocks]))
+            self.gate = nn.Parameter(stack_padded([block.gate.reshape(1, 1) for block in blocks]))
 
     def set_member_activations(self, activations: Sequence[nn.Module]) -> None:
         """Use ``activations[p]`` for member ``p`` (``activation`` itself when they are all the same)."""
@@ -424,7 +402,7 @@ def _stacked_container(modules: Sequence[nn.Module], path: str = "", member_path
     container = copy.copy(first)
     if hasattr(type(first), "population_axis"):  # its forward reads a leading member axis when stacked
         container.__dict__["population_axis"] = True
-    container._parameters = {name: nn.Parameter(_stack([cast(torch.Tensor, module._parameters[name])
+    container._parameters = {name: nn.Parameter(stack_padded([cast(torch.Tensor, module._parameters[name])
                                                         for module in modules]).unsqueeze(1)) for name in direct}
     if direct:
         object.__setattr__(container, "member_layout", _broadcast_layout)

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from agile_core.networks.lstm import HiddenState, LstmLayer
+from agile_core.networks.stack_padding import NotStackableError, stack_padded
 
 __all__ = ["LstmRecurrence", "StackedLstmLayer", "StackedLstmWeights"]
 
@@ -54,15 +55,13 @@ class StackedLstmWeights(nn.Module):
 
     def __init__(self, lstms: Sequence[nn.LSTM]) -> None:
         super().__init__()
-        from agile_core.networks.stacked import NotStackableError, _stack
-
         if any(lstm.num_layers != 1 or lstm.bidirectional or lstm.proj_size or not lstm.bias for lstm in lstms):
             raise NotStackableError("only single-layer, one-way LSTMs with biases stack")
         self.sizes = [int(lstm.hidden_size) for lstm in lstms]
         self.hidden_size = max(self.sizes)
         self.input_size = max(int(lstm.input_size) for lstm in lstms)
         for name in LSTM_WEIGHTS:
-            setattr(self, name, nn.Parameter(_stack([getattr(lstm, name) for lstm in lstms])))
+            setattr(self, name, nn.Parameter(stack_padded([getattr(lstm, name) for lstm in lstms])))
         self.register_buffer("gate_rows", gate_major_rows(self.sizes, self.weight_ih_l0.device), persistent=False)
 
     def acting_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -103,14 +102,12 @@ class StackedLstmLayer(nn.Module):
 
     def __init__(self, layers: Sequence[LstmLayer]) -> None:
         super().__init__()
-        from agile_core.networks.stacked import NotStackableError, _stack
-
         if len({layer.residual for layer in layers}) != 1:
             raise NotStackableError("residual and plain LSTM layers do not stack")
         self.lstm = StackedLstmWeights([layer.lstm for layer in layers])
         self.residual = layers[0].residual
         if self.residual:
-            self.gate = nn.Parameter(_stack([layer.gate for layer in layers]))
+            self.gate = nn.Parameter(stack_padded([layer.gate for layer in layers]))
 
     @property
     def hidden_size(self) -> int:

@@ -18,17 +18,9 @@ import torch
 from torch import nn
 
 from agile_core.networks.noisy import NoisyLinear, noise_on
+from agile_core.networks.stack_padding import stack_padded
 
 __all__ = ["StackedNoisyLinear"]
-
-
-def _stack_padded(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
-    """``[P, *max_shape]``: the tensors stacked, each in the leading corner, zero elsewhere."""
-    shape = [max(sizes) for sizes in zip(*(t.shape for t in tensors), strict=True)]
-    stacked = tensors[0].new_zeros(len(tensors), *shape)
-    for index, tensor in enumerate(tensors):
-        stacked[index][tuple(slice(0, size) for size in tensor.shape)] = tensor.detach()
-    return stacked
 
 
 class StackedNoisyLinear(nn.Module):
@@ -45,12 +37,12 @@ class StackedNoisyLinear(nn.Module):
     def __init__(self, layers: Sequence[NoisyLinear]) -> None:
         super().__init__()
         self.training = layers[0].training
-        self.weight_mu = nn.Parameter(_stack_padded([layer.weight_mu for layer in layers]))
-        self.weight_sigma = nn.Parameter(_stack_padded([layer.weight_sigma for layer in layers]))
-        self.bias_mu = nn.Parameter(_stack_padded([layer.bias_mu for layer in layers]))
-        self.bias_sigma = nn.Parameter(_stack_padded([layer.bias_sigma for layer in layers]))
-        self.register_buffer("eps_in", _stack_padded([layer.eps_in for layer in layers]))
-        self.register_buffer("eps_out", _stack_padded([layer.eps_out for layer in layers]))
+        self.weight_mu = nn.Parameter(stack_padded([layer.weight_mu for layer in layers]))
+        self.weight_sigma = nn.Parameter(stack_padded([layer.weight_sigma for layer in layers]))
+        self.bias_mu = nn.Parameter(stack_padded([layer.bias_mu for layer in layers]))
+        self.bias_sigma = nn.Parameter(stack_padded([layer.bias_sigma for layer in layers]))
+        self.register_buffer("eps_in", stack_padded([layer.eps_in for layer in layers]))
+        self.register_buffer("eps_out", stack_padded([layer.eps_out for layer in layers]))
         for index, layer in enumerate(layers):  # members draw into their rows of the stacked noise
             layer.eps_in = self.eps_in[index, :layer.in_features]
             layer.eps_out = self.eps_out[index, :layer.out_features]

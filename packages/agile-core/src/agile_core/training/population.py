@@ -11,8 +11,8 @@ sizes as one padded ``[P, width]`` block with loss weights.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -22,26 +22,10 @@ from agile_core.training.episodes import EpisodeTracker
 from agile_core.training.evaluation import evaluate_population_batched
 from agile_core.training.profiling import PROFILER
 
-__all__ = ["Groups", "act_groups", "agent_rows", "evaluate_groups", "group_by_architecture", "log_once", "pad_index_batches",
-           "record_losses", "start_population_phase"]
+__all__ = ["Groups", "act_groups", "agent_rows", "evaluate_groups", "log_once", "pad_index_batches", "record_losses",
+           "start_population_phase"]
 
-GroupT = TypeVar("GroupT")
 Groups = list[tuple[list[int], MemberGroup]]
-
-
-def group_by_architecture(population: Sequence[Any], key: Callable[[Any], str],
-                          build: Callable[[list[Any]], GroupT],
-                          order: Callable[[Any], Any] | None = None) -> list[tuple[list[int], GroupT]]:
-    """``[(slots, group)]``: the agents split by ``key(agent)`` (groups in order of their first
-    slot), each set built into one group by `build`. Within a group, agents are in slot order, or
-    sorted by ``order(agent)`` (stable) when given."""
-    by_key: dict[str, list[int]] = {}
-    for slot, agent in enumerate(population):
-        by_key.setdefault(key(agent), []).append(slot)
-    groups = list(by_key.values())
-    if order is not None:
-        groups = [sorted(slots, key=lambda slot: order(population[slot])) for slots in groups]
-    return [(slots, build([population[slot] for slot in slots])) for slots in groups]
 
 
 _LOGGED: set[str] = set()
