@@ -10,10 +10,10 @@ import torch
 from agile_core.algorithms.base import EvolvableAlgorithm
 from agile_core.hpo.hyperparameters import HyperparameterConfig, RLParameter
 from agile_core.hpo.mutation import Mutations
-from agile_core.hpo.population import Population
 from agile_core.hpo.selection import TournamentSelection
 from agile_core.networks import EvolvableMLP
 from agile_core.specs.mutation import MutationSpec
+from agile_core.training.evolution import evolve_population
 
 torch.set_num_threads(1)
 
@@ -181,18 +181,15 @@ def test_only_selected_agents_are_mutated():
 def _evolve(generations: int, evolve: bool, seed: int = 0) -> float:
     x, y = regression_data(seed)
     hp = HyperparameterConfig(lr=RLParameter("lr", 1e-5, 0.2, grow_factor=2.0, shrink_factor=0.5))
-    agents = [Regressor(index=i, lr=1e-4, seed=seed * 100 + i, hp_config=hp) for i in range(6)]
-    population = Population(
-        agents,
-        selection=TournamentSelection(tournament_size=2, elitism=True, population_size=6, rng=seed) if evolve else None,
-        mutations=Mutations(no_mutation=0.0, architecture=0.0, parameters=0.0, rl_hp=1.0, rand_seed=seed) if evolve else None,
-    )
+    population = [Regressor(index=i, lr=1e-4, seed=seed * 100 + i, hp_config=hp) for i in range(6)]
+    selection = TournamentSelection(tournament_size=2, elitism=True, population_size=6, rng=seed) if evolve else None
+    mutations = Mutations(no_mutation=0.0, architecture=0.0, parameters=0.0, rl_hp=1.0, rand_seed=seed) if evolve else None
     for _ in range(generations):
         for agent in population:
             for _ in range(20):
                 agent.learn(x, y)
             agent.test((x, y))
-        population.evolve()
+        population = evolve_population(population, selection, mutations).population
     for agent in population:
         agent.test((x, y))
     return -max(agent.fitness[-1] for agent in population)
@@ -203,21 +200,6 @@ def test_evolution_fixes_a_badly_chosen_learning_rate():
     with_evolution = _evolve(generations=20, evolve=True)
     without = _evolve(generations=20, evolve=False)
     assert with_evolution * 5 <= without, (with_evolution, without)
-
-
-def test_population_target_and_history():
-    agents = [Regressor(index=i, seed=i) for i in range(2)]
-    population = Population(agents)
-    x, y = regression_data()
-    for agent in agents:
-        agent.test((x, y))
-    assert not population.target_reached(0.0)
-    assert population.target_reached(-1e9)
-    population.evolve()
-    assert len(population.fitness_history) == 1 and set(population.fitness_history[0]) == {0, 1}
-    restored = Population(agents)
-    restored.load_state_dict(population.state_dict())
-    assert restored.fitness_history == population.fitness_history and restored.generation == 1
 
 
 def test_clone_shares_no_tensors_and_copy_weights_keeps_hyperparameters():

@@ -9,12 +9,12 @@ import pytest
 import torch
 from gymnasium import spaces
 
+from agile_core.algorithms.exploration import GaussianNoise, OrnsteinUhlenbeckNoise
 from agile_core.algorithms.group import with_member_axis
 from agile_core.algorithms.spaces import UnsupportedSpaceError
 from agile_core.hpo.hyperparameters import HyperparameterConfig, RLParameter
 from agile_offpolicy.buffers import ReplayBuffer
 from agile_offpolicy.ddpg import DDPG, soft_update
-from agile_offpolicy.exploration import GaussianNoise, OrnsteinUhlenbeckNoise
 from agile_offpolicy.td3 import TD3
 
 OBS = spaces.Box(-1.0, 1.0, (3,), np.float32)

@@ -7,7 +7,11 @@ import math
 import numpy as np
 import pytest
 
-from agile_offpolicy.exploration import GaussianNoise, OrnsteinUhlenbeckNoise, make_action_noise
+from agile_core.algorithms.exploration import (
+    GaussianNoise,
+    OrnsteinUhlenbeckNoise,
+    make_action_noise,
+)
 
 
 # ---------------------------------------------------------------------------- Gaussian

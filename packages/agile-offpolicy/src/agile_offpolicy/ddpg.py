@@ -17,7 +17,7 @@ algorithm actions are handled in *normalised* units, ``(a - centre) / half_range
 the critic reads normalised actions, and exploration noise (``expl_noise``) and TD3's smoothing
 noise (``policy_noise``, ``noise_clip``) are all relative to half the action range, so the same
 hyperparameters suit any action scale. While training, :meth:`DDPG.get_action` adds Gaussian or
-Ornstein-Uhlenbeck noise (see :mod:`agile_offpolicy.exploration`) and clips to the bounds.
+Ornstein-Uhlenbeck noise (see :mod:`agile_core.algorithms.exploration`) and clips to the bounds.
 
 Evolution. The actor is the policy network: an architecture mutation sampled on it is applied
 with the same resolved parameters to the critic(s), which share the actor's encoder and head

@@ -27,7 +27,6 @@ from typing import Any
 SCHEMA_VERSION = 1
 DB_NAME = "arena.sqlite3"
 TERMINAL = frozenset({"completed", "failed", "stopped", "interrupted"})
-STATUSES = frozenset({"queued", "running", *TERMINAL})
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS keys (

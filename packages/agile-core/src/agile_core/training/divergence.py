@@ -43,7 +43,7 @@ def has_finite_weights(agent: Any) -> bool:
 
 
 def _describe(agent: Any) -> str:
-    values = getattr(agent, "hyperparameters", dict)()
+    values: dict[str, Any] = getattr(agent, "hyperparameters", dict)()
     shown = ", ".join(f"{k}={v:g}" for k, v in values.items() if "lr" in k and isinstance(v, int | float))
     return f"member {agent.index}" + (f" ({shown})" if shown else "")
 

@@ -15,8 +15,6 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
-INTERRUPTED_EXIT_CODE = 130
-
 
 class TrainingInterrupted(KeyboardInterrupt):
     """Training stopped by Ctrl-C after saving a resumable checkpoint at `checkpoint_path`.

@@ -211,7 +211,6 @@ def run_multi_agent_off_policy(env: Any, env_name: str, algo: str, pop: list[Any
         # mid-`learn_step` learns at the same steps as an uninterrupted one).
         if "replay" in saved:
             memory.load_state_dict(saved["replay"])
-        if "learn_credit" in saved:
-            learn_credit.load_state_dict(saved["learn_credit"])
+        learn_credit.load_state_dict(saved["learn_credit"])
 
     return run_generations(loop, run, phase, options, sum_scores=sum_scores, load_buffers=load_buffers)

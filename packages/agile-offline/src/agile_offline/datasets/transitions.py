@@ -66,12 +66,6 @@ class TransitionData:
         """Steps of every complete episode, in order."""
         return [stop - start for start, stop in self.episode_bounds()]
 
-    def observation_shapes(self) -> dict[str, tuple[int, ...]] | tuple[int, ...]:
-        """Shape of one observation (per key for dict observations)."""
-        if isinstance(self.observations, dict):
-            return {key: tuple(value.shape[1:]) for key, value in self.observations.items()}
-        return tuple(self.observations.shape[1:])
-
     def summary(self) -> dict[str, Any]:
         """Counts and return statistics, for printing."""
         returns = self.episode_returns()
