@@ -93,7 +93,7 @@ class Paradigm(ABC):
 
         if not isinstance(spec, GymEnvSpec):
             raise TypeError(f"{type(spec).__name__} environments are built by their paradigm")
-        return make_vector_env(spec, base_dir=base_dir, seed=seed, num_envs=num_envs)
+        return make_vector_env(spec, base_dir="." if base_dir is None else base_dir, seed=seed, num_envs=num_envs)
 
     def agent_spaces(self, env: Any) -> tuple[Any, ...]:
         """The space arguments an agent of this paradigm is built from (Gymnasium: the single

@@ -19,7 +19,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from agile_core.specs._base import PrintableStr, Spec, field_error
-from agile_core.specs.algorithm import AlgorithmSpec, UpdateEpochs
+from agile_core.specs.algorithm import MUTABLE, AlgorithmSpec, UpdateEpochs
 from agile_core.specs.env import EnvSpec
 
 PositiveInt = Annotated[int, Field(ge=1)]
@@ -102,14 +102,14 @@ class LLMDatasetEnvSpec(EnvSpec):
 class _LLMSpec(AlgorithmSpec):
     """Fields every dataset LLM algorithm shares."""
 
-    lr: PositiveFloat = 2e-4
+    lr: Annotated[PositiveFloat, MUTABLE] = 2e-4
     """Adam learning rate of the member's LoRA adapter."""
-    batch_size: PositiveInt = 8
+    batch_size: Annotated[PositiveInt, MUTABLE] = 8
     """Examples (SFT) or preference pairs (DPO) per learning step."""
-    max_length: PositiveInt = 512
+    max_length: Annotated[PositiveInt, MUTABLE] = 512
     """Longest tokenised example (prompt plus response); ``network.max_context_length`` wins
     when set."""
-    max_grad_norm: PositiveFloat | None = 1.0
+    max_grad_norm: Annotated[PositiveFloat | None, MUTABLE] = 1.0
     """Gradient-norm clip of each update (null: no clipping)."""
 
     mutable_by_default: ClassVar[tuple[str, ...]] = ("lr",)
@@ -135,12 +135,12 @@ class DPOSpec(_LLMSpec):
 
     name: Literal["DPO"] = "DPO"
     """Algorithm name."""
-    lr: PositiveFloat = 5e-5
+    lr: Annotated[PositiveFloat, MUTABLE] = 5e-5
     """Adam learning rate of the member's LoRA adapter."""
-    beta: PositiveFloat = 0.1
+    beta: Annotated[PositiveFloat, MUTABLE] = 0.1
     """Inverse temperature of the implicit reward ``beta * (log pi - log pi_ref)``: larger keeps
     the policy closer to the reference."""
-    nll_alpha: NonNegative = 0.0
+    nll_alpha: Annotated[NonNegative, MUTABLE] = 0.0
     """Weight of an extra negative log-likelihood term on the chosen responses (per token, as in
     RPO); 0 disables it."""
 
@@ -192,21 +192,21 @@ class _RolloutSpec(_LLMSpec):
     """Fields every rollout (online RL) LLM algorithm shares: sampling, the KL penalty and the
     generation backend."""
 
-    lr: PositiveFloat = 1e-5
+    lr: Annotated[PositiveFloat, MUTABLE] = 1e-5
     """Adam learning rate of the member's LoRA adapter (RL finetuning of pretrained models uses
     1e-6..1e-5; tiny untrained models need far more)."""
-    batch_size: PositiveInt = 4
+    batch_size: Annotated[PositiveInt, MUTABLE] = 4
     """Prompts per learning step (each sampled ``group_size`` times)."""
-    max_length: PositiveInt = 1024
+    max_length: Annotated[PositiveInt, MUTABLE] = 1024
     """Longest transcript in tokens (prompt, completions and feedback of every turn): an episode
     whose next turn would not fit ends with ``truncated``; ``network.max_context_length`` wins."""
-    beta: NonNegative = 0.04
+    beta: Annotated[NonNegative, MUTABLE] = 0.04
     """Weight of the KL penalty to the reference (the frozen base, adapters disabled), with the
     ``exp(q - p) - (q - p) - 1`` estimate per generated token (the DeepSeekMath value); 0
     disables it."""
-    temperature: PositiveFloat = 1.0
+    temperature: Annotated[PositiveFloat, MUTABLE] = 1.0
     """Sampling temperature of training rollouts (evaluation is greedy)."""
-    max_new_tokens: PositiveInt = 64
+    max_new_tokens: Annotated[PositiveInt, MUTABLE] = 64
     """Tokens generated per turn at most."""
     use_vllm: bool = False
     """Generate rollouts with vLLM instead of Hugging Face ``generate`` (needs the extra
@@ -232,11 +232,11 @@ class GRPOSpec(_RolloutSpec):
 
     name: Literal["GRPO"] = "GRPO"
     """Algorithm name."""
-    clip_coef: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.2
+    clip_coef: Annotated[float, Field(gt=0.0, lt=1.0), MUTABLE] = 0.2
     """Ratio clip: the objective ignores ratio moves beyond ``1 +- clip_coef``."""
-    group_size: Annotated[int, Field(ge=2)] = 8
+    group_size: Annotated[int, Field(ge=2), MUTABLE] = 8
     """Completions sampled per prompt; advantages are relative to the group."""
-    update_epochs: UpdateEpochs = 1
+    update_epochs: Annotated[UpdateEpochs, MUTABLE] = 1
     """Updates on each batch of episodes (the ratio departs from 1 after the first)."""
 
     algorithm_class: ClassVar[str] = "agile_llm.grpo:GRPO"
@@ -249,14 +249,14 @@ class LLMREINFORCESpec(_RolloutSpec):
 
     name: Literal["LLMREINFORCE"] = "LLMREINFORCE"
     """Algorithm name."""
-    group_size: PositiveInt = 4
+    group_size: Annotated[PositiveInt, MUTABLE] = 4
     """Completions sampled per prompt (the ``group`` baseline needs at least 2)."""
-    baseline: Literal["group", "batch", "running"] = "group"
+    baseline: Annotated[Literal["group", "batch", "running"], MUTABLE] = "group"
     """What is subtracted from an episode's return: ``group``, the mean return of the other
     episodes of the same prompt (leave-one-out: unbiased, and it removes the prompt's
     difficulty); ``batch``, the mean return of the step's episodes; ``running``, an exponential
     moving average of past steps' mean returns (``baseline_decay``; saved in checkpoints)."""
-    baseline_decay: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.9
+    baseline_decay: Annotated[float, Field(ge=0.0, lt=1.0), MUTABLE] = 0.9
     """Weight of the old value in the ``running`` baseline's update."""
 
     algorithm_class: ClassVar[str] = "agile_llm.reinforce:LLMREINFORCE"
@@ -276,22 +276,22 @@ class LLMPPOSpec(_RolloutSpec):
 
     name: Literal["LLMPPO"] = "LLMPPO"
     """Algorithm name."""
-    critic_lr: PositiveFloat = 1e-4
+    critic_lr: Annotated[PositiveFloat, MUTABLE] = 1e-4
     """Adam learning rate of the critic (its adapter and value head): the value head starts
     from zero, so it gets a larger rate than the actor."""
-    batch_size: PositiveInt = 8
+    batch_size: Annotated[PositiveInt, MUTABLE] = 8
     """Prompts per learning step (each sampled ``group_size`` times)."""
-    group_size: PositiveInt = 1
+    group_size: Annotated[PositiveInt, MUTABLE] = 1
     """Episodes sampled per prompt (the critic is the baseline, so 1 suffices)."""
-    clip_coef: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.2
+    clip_coef: Annotated[float, Field(gt=0.0, lt=1.0), MUTABLE] = 0.2
     """Ratio clip: the objective ignores ratio moves beyond ``1 +- clip_coef``."""
-    gamma: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
+    gamma: Annotated[float, Field(ge=0.0, le=1.0), MUTABLE] = 1.0
     """Discount per turn (1.0: an episode's turns count alike, usual for LLM tasks)."""
-    gae_lambda: Annotated[float, Field(ge=0.0, le=1.0)] = 0.95
+    gae_lambda: Annotated[float, Field(ge=0.0, le=1.0), MUTABLE] = 0.95
     """GAE's lambda over turns (1: Monte Carlo returns minus the value; 0: one-turn TD)."""
-    update_epochs: UpdateEpochs = 2
+    update_epochs: Annotated[UpdateEpochs, MUTABLE] = 2
     """Actor and critic updates on each batch of episodes."""
-    normalize_advantages: bool = True
+    normalize_advantages: Annotated[bool, MUTABLE] = True
     """Whiten the step's turn advantages (zero mean, unit standard deviation)."""
 
     algorithm_class: ClassVar[str] = "agile_llm.llm_ppo:LLMPPO"

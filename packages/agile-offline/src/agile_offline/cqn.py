@@ -14,7 +14,7 @@ policy stays near actions with evidence. ``cql_alpha = 0`` is DQN on the dataset
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 from gymnasium import spaces
@@ -40,8 +40,7 @@ class CQN(QLearner):
     manifests shared with DQN; offline training takes one gradient step per training step.
     """
 
-    hyperparameter_names: ClassVar[tuple[str, ...]] = ("lr", "batch_size", "learn_step", "gamma", "tau",
-                                                         "cql_alpha")
+    spec_class = CQNSpec
 
     def __init__(
         self,
@@ -64,12 +63,9 @@ class CQN(QLearner):
         seed: int | None = None,
         actor_network: EvolvableModule | None = None,
     ) -> None:
-        CQNSpec.check_values({"cql_alpha": cql_alpha})
-        self.cql_alpha = float(cql_alpha)
+        self.adopt_hyperparameters(locals())
         super().__init__(observation_space, action_space, index=index, hp_config=hp_config, net_config=net_config,
-                         batch_size=batch_size, lr=lr, learn_step=learn_step, gamma=gamma, tau=tau, double=double,
-                         normalize_images=normalize_images, loss=loss, max_grad_norm=max_grad_norm, device=device,
-                         seed=seed, actor_network=actor_network)
+                         device=device, seed=seed, actor_network=actor_network)
 
     @classmethod
     def extra_loss(cls, group: MemberGroup, q_values: torch.Tensor, q_taken: torch.Tensor) -> torch.Tensor:

@@ -13,13 +13,13 @@ from typing import Any
 import torch
 from gymnasium import spaces
 
-from agile_core.algorithms.q_learning import QLearner, check_q_hyperparameters, td_loss
+from agile_core.algorithms.q_learning import QLearner, td_loss
 from agile_core.hpo.hyperparameters import HyperparameterConfig
 from agile_core.networks import EvolvableModule
 from agile_core.specs.network import NetworkSpec
 from agile_offpolicy.specs import DQNSpec
 
-__all__ = ["DQN", "check_q_hyperparameters", "td_loss"]
+__all__ = ["DQN", "td_loss"]
 
 _DEFAULTS = DQNSpec.defaults()
 """The registered spec's defaults: the one home of this algorithm's keyword defaults."""
@@ -28,8 +28,11 @@ _DEFAULTS = DQNSpec.defaults()
 class DQN(QLearner):
     """DQN agent: an evolvable Q network, its target copy and an Adam optimizer.
 
-    Arguments as :class:`~agile_core.algorithms.q_learning.QLearner`; defaults from ``DQNSpec``.
+    Arguments as :class:`~agile_core.algorithms.q_learning.QLearner`; the hyperparameters are
+    ``DQNSpec``'s fields, with its defaults and rules.
     """
+
+    spec_class = DQNSpec
 
     def __init__(
         self,
@@ -51,7 +54,6 @@ class DQN(QLearner):
         seed: int | None = None,
         actor_network: EvolvableModule | None = None,
     ) -> None:
+        self.adopt_hyperparameters(locals())
         super().__init__(observation_space, action_space, index=index, hp_config=hp_config, net_config=net_config,
-                         batch_size=batch_size, lr=lr, learn_step=learn_step, gamma=gamma, tau=tau, double=double,
-                         normalize_images=normalize_images, loss=loss, max_grad_norm=max_grad_norm, device=device,
-                         seed=seed, actor_network=actor_network)
+                         device=device, seed=seed, actor_network=actor_network)

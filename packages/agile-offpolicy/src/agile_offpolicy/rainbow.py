@@ -44,7 +44,6 @@ from agile_core.algorithms.group import (
     forward_with_free_rows,
     with_member_axis,
 )
-from agile_core.algorithms.q_learning import check_q_hyperparameters
 from agile_core.hpo.hyperparameters import HyperparameterConfig
 from agile_core.networks import (
     EvolvableModule,
@@ -62,10 +61,6 @@ __all__ = ["RainbowDQN", "project_distribution"]
 
 _DEFAULTS = RainbowDQNSpec.defaults()
 """The registered spec's defaults: the one home of this algorithm's keyword defaults."""
-
-STRUCTURAL_HYPERPARAMETERS = ("num_atoms", "v_min", "v_max", "noise_std", "n_step")
-"""Fixed at construction (they shape the network or the n-step buffer): never mutated."""
-
 
 def _log_probs_and_free_q(online: RainbowQNetwork, obs: Any, next_obs: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """``(log Z_online(obs) [P, rows, A, K] with gradient, E[Z_online(next_obs)] [P, rows, A] without)``
@@ -141,13 +136,27 @@ class RainbowDQN(SingleAgentAlgorithm):
     ``max_grad_norm`` (class attribute, None disables).
     """
 
-    hyperparameter_names: ClassVar[tuple[str, ...]] = (
-        "lr", "batch_size", "learn_step", "gamma", "tau", "beta", "prior_eps",
-    )
+    spec_class = RainbowDQNSpec
     supported_action_spaces: ClassVar[tuple[type[spaces.Space], ...]] = (spaces.Discrete,)
     max_grad_norm: ClassVar[float | None] = 10.0
     supports_per_and_n_step: ClassVar[bool] = True
     """Tells ``train_off_policy`` that ``learn`` takes ``n_experiences`` and returns priorities."""
+
+    # hyperparameters, set from RainbowDQNSpec (declared here for the type checker)
+    batch_size: int
+    lr: float
+    learn_step: int
+    gamma: float
+    tau: float
+    beta: float
+    prior_eps: float
+    num_atoms: int
+    v_min: float
+    v_max: float
+    noise_std: float
+    n_step: int
+    combined_reward: bool
+    normalize_images: bool
 
     actor: RainbowQNetwork
     actor_target: RainbowQNetwork
@@ -178,36 +187,14 @@ class RainbowDQN(SingleAgentAlgorithm):
         seed: int | None = None,
         actor_network: EvolvableModule | None = None,
     ) -> None:
+        self.adopt_hyperparameters(locals())
         super().__init__(observation_space, action_space, index=index, hp_config=hp_config, device=device)
         discrete = cast(spaces.Discrete, action_space)
-        check_q_hyperparameters(batch_size, lr, learn_step, gamma, tau)
-        fixed = sorted(set(self.hp_config) & set(STRUCTURAL_HYPERPARAMETERS))
+        fixed = sorted(set(self.hp_config) - set(self.hyperparameter_names))
         if fixed:
             raise ValueError(f"RainbowDQN cannot mutate {', '.join(fixed)}: fixed at construction")
-        if not 0.0 <= beta <= 1.0:
-            raise ValueError(f"beta must lie in [0, 1], got {beta}")
-        if not prior_eps > 0:
-            raise ValueError(f"prior_eps must be > 0, got {prior_eps}")
-        if isinstance(n_step, bool) or not isinstance(n_step, int | np.integer) or n_step < 1:
-            raise ValueError(f"n_step must be an integer >= 1, got {n_step!r}")
-        if noise_std < 0:
-            raise ValueError(f"noise_std must be >= 0, got {noise_std}")
         self.num_actions = int(discrete.n)
         self.action_start = int(discrete.start)
-        self.batch_size = int(batch_size)
-        self.lr = float(lr)
-        self.learn_step = int(learn_step)
-        self.gamma = float(gamma)
-        self.tau = float(tau)
-        self.beta = float(beta)
-        self.prior_eps = float(prior_eps)
-        self.num_atoms = int(num_atoms)
-        self.v_min = float(v_min)
-        self.v_max = float(v_max)
-        self.noise_std = float(noise_std)
-        self.n_step = int(n_step)
-        self.combined_reward = bool(combined_reward)
-        self.normalize_images = bool(normalize_images)
         self.rng = np.random.default_rng(seed)
 
         if actor_network is not None:
@@ -235,8 +222,8 @@ class RainbowDQN(SingleAgentAlgorithm):
         self.reset_noise()
 
     def set_hyperparameter(self, name: str, value: Any) -> None:
-        """Set a hyperparameter; the structural ones (network shape, n-step) are refused."""
-        if name in STRUCTURAL_HYPERPARAMETERS:
+        """Set a mutable hyperparameter; the others (network shape, n-step) are refused."""
+        if name not in self.hyperparameter_names:
             raise ValueError(f"RainbowDQN cannot change {name} after construction")
         super().set_hyperparameter(name, value)
 
@@ -362,7 +349,7 @@ class RainbowDQN(SingleAgentAlgorithm):
         gamma = group.column("gamma")
         n_steps = getattr(batch, "n_steps", None)
         discounts = (gamma if n_steps is None else torch.pow(gamma, n_steps)) * (1.0 - batch.done)
-        log_probs, next_q = _log_probs_and_free_q(group.nets["actor"], obs, next_obs)
+        log_probs, next_q = _log_probs_and_free_q(cast(RainbowQNetwork, group.nets["actor"]), obs, next_obs)
         target = cls._target_distribution(group, batch.reward, next_obs, discounts, next_q)
         taken = log_probs.gather(2, actions[..., None, None].expand(*actions.shape, 1, log_probs.shape[-1]))
         return -(target * taken.squeeze(2)).sum(dim=-1)

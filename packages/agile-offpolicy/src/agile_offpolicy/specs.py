@@ -8,7 +8,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from agile_core.specs._base import field_error
-from agile_core.specs.algorithm import AlgorithmSpec
+from agile_core.specs.algorithm import MUTABLE, AlgorithmSpec
 from agile_core.specs.training import ReplayBufferSpec
 
 PositiveInt = Annotated[int, Field(ge=1)]
@@ -20,13 +20,13 @@ Fraction = Annotated[float, Field(gt=0.0, le=1.0)]
 class _OffPolicySpec(AlgorithmSpec):
     """Fields every off-policy algorithm shares."""
 
-    batch_size: PositiveInt = 64
+    batch_size: Annotated[PositiveInt, MUTABLE] = 64
     """Transitions sampled from the replay buffer per learning step."""
-    learn_step: PositiveInt = 5
+    learn_step: Annotated[PositiveInt, MUTABLE] = 5
     """Environment steps of one agent (over all its sub-environments) between learning steps."""
-    gamma: Discount = 0.99
+    gamma: Annotated[Discount, MUTABLE] = 0.99
     """Discount factor."""
-    tau: Fraction = 1e-3
+    tau: Annotated[Fraction, MUTABLE] = 1e-3
     """Soft target-network update rate (1.0 copies the online network: a hard update)."""
     normalize_images: bool = True
     """Scale uint8 image observations to [0, 1]."""
@@ -80,7 +80,7 @@ class DQNSpec(_OffPolicySpec):
 
     name: Literal["DQN"] = "DQN"
     """Algorithm name."""
-    lr: PositiveFloat = 1e-4
+    lr: Annotated[PositiveFloat, MUTABLE] = 1e-4
     """Adam learning rate."""
     double: bool = True
     """Double Q-learning: the online network picks the next action, the target network rates it."""
@@ -99,11 +99,11 @@ class RainbowDQNSpec(_OffPolicySpec):
 
     name: Literal["RainbowDQN"] = "RainbowDQN"
     """Algorithm name."""
-    lr: PositiveFloat = 1e-4
+    lr: Annotated[PositiveFloat, MUTABLE] = 1e-4
     """Adam learning rate."""
-    beta: Annotated[float, Field(ge=0.0, le=1.0)] = 0.4
+    beta: Annotated[float, Field(ge=0.0, le=1.0), MUTABLE] = 0.4
     """Initial importance-sampling exponent of prioritized replay (annealed to 1 over the run)."""
-    prior_eps: PositiveFloat = 1e-6
+    prior_eps: Annotated[PositiveFloat, MUTABLE] = 1e-6
     """Small constant added to priorities so no transition has zero probability."""
     num_atoms: Annotated[int, Field(ge=2)] = 51
     """Atoms of the categorical return distribution."""
@@ -134,11 +134,11 @@ class DDPGSpec(_OffPolicySpec):
 
     name: Literal["DDPG"] = "DDPG"
     """Algorithm name."""
-    lr_actor: PositiveFloat = 1e-4
+    lr_actor: Annotated[PositiveFloat, MUTABLE] = 1e-4
     """Adam learning rate of the actor."""
-    lr_critic: PositiveFloat = 1e-3
+    lr_critic: Annotated[PositiveFloat, MUTABLE] = 1e-3
     """Adam learning rate of the critic."""
-    policy_freq: PositiveInt = 2
+    policy_freq: Annotated[PositiveInt, MUTABLE] = 2
     """Critic updates per actor (and target) update."""
     O_U_noise: bool = True
     """Explore with Ornstein-Uhlenbeck noise (Gaussian noise when false)."""
@@ -168,7 +168,7 @@ class TD3Spec(DDPGSpec):
 
     name: Literal["TD3"] = "TD3"  # type: ignore[assignment]
     """Algorithm name."""
-    tau: Fraction = 5e-3
+    tau: Annotated[Fraction, MUTABLE] = 5e-3
     """Soft target-network update rate."""
     policy_noise: Annotated[float, Field(ge=0.0)] = 0.2
     """Std of the smoothing noise added to target actions, relative to half the action range

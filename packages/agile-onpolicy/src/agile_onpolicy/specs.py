@@ -6,7 +6,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
-from agile_core.specs.algorithm import AlgorithmSpec, UpdateEpochs
+from agile_core.specs.algorithm import MUTABLE, AlgorithmSpec, UpdateEpochs
 
 PositiveInt = Annotated[int, Field(ge=1)]
 PositiveFloat = Annotated[float, Field(gt=0.0)]
@@ -17,30 +17,30 @@ class PPOSpec(AlgorithmSpec):
 
     name: Literal["PPO"] = "PPO"
     """Algorithm name."""
-    batch_size: PositiveInt = 64
+    batch_size: Annotated[PositiveInt, MUTABLE] = 64
     """Minibatch size of each gradient step."""
-    lr: PositiveFloat = 1e-4
+    lr: Annotated[PositiveFloat, MUTABLE] = 1e-4
     """Adam learning rate."""
-    learn_step: PositiveInt = 4096
+    learn_step: Annotated[PositiveInt, MUTABLE] = 4096
     """Environment steps per rollout, over all of an agent's sub-environments."""
-    gamma: Annotated[float, Field(gt=0.0, le=1.0)] = 0.99
+    gamma: Annotated[float, Field(gt=0.0, le=1.0), MUTABLE] = 0.99
     """Discount factor."""
-    gae_lambda: Annotated[float, Field(ge=0.0, le=1.0)] = 0.95
+    gae_lambda: Annotated[float, Field(ge=0.0, le=1.0), MUTABLE] = 0.95
     """GAE lambda (bias-variance trade-off of the advantage estimate)."""
-    action_std_init: Annotated[float, Field(ge=0.0)] = 0.6
+    action_std_init: Annotated[float, Field(ge=0.0), MUTABLE] = 0.6
     """Initial standard deviation of Gaussian policies (Box actions, where it must be positive);
     unused for discrete actions, so 0 is accepted there."""
-    clip_coef: PositiveFloat = 0.2
+    clip_coef: Annotated[PositiveFloat, MUTABLE] = 0.2
     """Clipping range of the probability ratio."""
-    ent_coef: Annotated[float, Field(ge=0.0)] = 0.01
+    ent_coef: Annotated[float, Field(ge=0.0), MUTABLE] = 0.01
     """Weight of the entropy bonus."""
-    vf_coef: Annotated[float, Field(ge=0.0)] = 0.5
+    vf_coef: Annotated[float, Field(ge=0.0), MUTABLE] = 0.5
     """Weight of the value loss."""
-    max_grad_norm: PositiveFloat = 0.5
+    max_grad_norm: Annotated[PositiveFloat, MUTABLE] = 0.5
     """Gradient-norm clipping threshold."""
-    target_kl: PositiveFloat | None = None
+    target_kl: Annotated[PositiveFloat | None, MUTABLE] = None
     """Stop the update epochs early when the approximate KL divergence exceeds this."""
-    update_epochs: UpdateEpochs = 4
+    update_epochs: Annotated[UpdateEpochs, MUTABLE] = 4
     """Passes over each rollout."""
     share_encoders: bool = True
     """Actor and critic share one observation encoder."""
@@ -48,7 +48,7 @@ class PPOSpec(AlgorithmSpec):
     """Use an LSTM encoder and train with backpropagation through time."""
     bptt_sequence_type: Literal["chunked", "maximum", "fifty_percent_overlap"] = "chunked"
     """How rollouts are cut into sequences for recurrent training."""
-    max_seq_len: PositiveInt | None = None
+    max_seq_len: Annotated[PositiveInt | None, MUTABLE] = None
     """Length of the BPTT sequences (the whole rollout when null)."""
     normalize_advantages: bool = True
     """Normalise advantages within each minibatch (agile addition)."""
@@ -68,7 +68,7 @@ class RecurrentPPOSpec(PPOSpec):
 
     name: Literal["RecurrentPPO"] = "RecurrentPPO"  # type: ignore[assignment]
     """Algorithm name."""
-    learn_step: PositiveInt = 8192
+    learn_step: Annotated[PositiveInt, MUTABLE] = 8192
     """Environment steps per rollout, over all of an agent's sub-environments."""
     recurrent: bool = True
     """Use an LSTM encoder (always true for RecurrentPPO)."""

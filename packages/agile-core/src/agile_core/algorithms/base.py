@@ -31,6 +31,7 @@ from agile_core.networks.base import EvolvableModule, MutationError
 
 if TYPE_CHECKING:
     from agile_core.algorithms.group import MemberGroup
+    from agile_core.specs.algorithm import AlgorithmSpec
 
 
 def _recording_init(init: Callable[..., None]) -> Callable[..., None]:
@@ -74,14 +75,33 @@ class NetworkGroup:
 class EvolvableAlgorithm(ABC):
     """Base of every agent: fitness, lineage, declared networks/optimizers/hyperparameters."""
 
+    spec_class: ClassVar[type[AlgorithmSpec] | None] = None
+    """The algorithm's registered spec: the one home of its hyperparameters, their defaults, their
+    rules and which ones are mutable (:meth:`adopt_hyperparameters`)."""
     hyperparameter_names: ClassVar[tuple[str, ...]] = ()
-    """Hyperparameters stored as attributes (saved in checkpoints, shown in reports)."""
+    """Hyperparameters stored as attributes (saved in checkpoints, shown in reports): the spec's
+    mutable ones when the class sets `spec_class`."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         init = cls.__dict__.get("__init__")
         if init is not None:
             cls.__init__ = _recording_init(init)  # type: ignore[method-assign]
+        if "spec_class" in cls.__dict__ and cls.spec_class is not None and "hyperparameter_names" not in cls.__dict__:
+            cls.hyperparameter_names = cls.spec_class.mutable_hyperparameters()
+
+    def adopt_hyperparameters(self, arguments: Mapping[str, Any]) -> AlgorithmSpec:
+        """Check the constructor's hyperparameter `arguments` (pass its ``locals()``) against
+        :attr:`spec_class` (a ValueError naming the first it refuses) and set each of the spec's
+        hyperparameters as an attribute, typed as the spec types it (``lr=1`` becomes ``1.0``);
+        return the checked spec."""
+        if self.spec_class is None:
+            raise TypeError(f"{type(self).__name__} sets no spec_class to read its hyperparameters from")
+        spec = self.spec_class.from_arguments(arguments)
+        for name in type(spec).model_fields:
+            if name not in spec.switches:
+                setattr(self, name, getattr(spec, name))
+        return spec
 
     def __init__(self, *, index: int = 0, hp_config: HyperparameterConfig | None = None,
                  device: str | torch.device = "cpu") -> None:

@@ -160,13 +160,12 @@ def checked_hyperparameters(agent: EvolvableAlgorithm, values: Mapping[str, Any]
     unknown = sorted(set(values) - set(known))
     if unknown:
         raise ValueError(f"hyperparameters: {type(agent).__name__} has no hyperparameter {unknown[0]!r}")
-    path = f"{type(agent).__module__}:{type(agent).__qualname__}"
-    for spec in _registered_specs():
-        if spec.algorithm_class == path:
-            try:
-                spec.check_values(values)
-            except ValueError as exc:
-                raise ValueError(f"hyperparameters.{exc}") from None
+    spec = type(agent).spec_class
+    if spec is not None:
+        try:
+            spec.from_arguments(values)
+        except ValueError as exc:
+            raise ValueError(f"hyperparameters.{exc}") from None
     return values
 
 

@@ -42,20 +42,6 @@ from agile_core.networks import (
 from agile_core.specs.network import NetworkSpec
 from agile_core.training.evaluation import evaluate_policy
 
-
-def check_q_hyperparameters(batch_size: int, lr: float, learn_step: int, gamma: float, tau: float) -> None:
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int | np.integer) or batch_size < 1:
-        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
-    if isinstance(learn_step, bool) or not isinstance(learn_step, int | np.integer) or learn_step < 1:
-        raise ValueError(f"learn_step must be an integer >= 1, got {learn_step!r}")
-    if not lr > 0:
-        raise ValueError(f"lr must be > 0, got {lr}")
-    if not 0 < gamma <= 1:
-        raise ValueError(f"gamma must lie in (0, 1], got {gamma}")
-    if not 0 < tau <= 1:
-        raise ValueError(f"tau must lie in (0, 1], got {tau}")
-
-
 TD_LOSSES = ("mse", "huber")
 """The TD losses a Q-learner can minimise (the ``loss`` hyperparameter)."""
 
@@ -72,21 +58,17 @@ def td_loss(q_taken: torch.Tensor, td_target: torch.Tensor, kind: str, reduction
 class QLearner(SingleAgentAlgorithm):
     """A Q-learning agent: an evolvable Q network, its target copy and an Adam optimizer.
 
+    Subclasses (DQN, CQN) set `spec_class`, take the spec's hyperparameters as constructor
+    keywords, adopt them (:meth:`adopt_hyperparameters`) and then call this constructor; the
+    learning step reads ``batch_size``, ``lr``, ``learn_step``, ``gamma``, ``tau``, ``double``,
+    ``normalize_images``, ``loss`` and ``max_grad_norm`` from the agent.
+
     Args:
         observation_space: Space of one observation (not batched).
         action_space: Discrete action space (any ``start``).
         index: Agent index in the population.
         hp_config: Hyperparameters that RL-HP mutation may change, with their ranges.
         net_config: Architecture of the Q network (a ``NetworkSpec`` or its dict form).
-        batch_size: Transitions per learning step.
-        lr: Adam learning rate.
-        learn_step: Environment steps (over all sub-envs) between learning steps.
-        gamma: Discount factor.
-        tau: Soft target update rate, applied after every learning step (1.0: hard copy).
-        double: Double Q-learning (the online network picks the bootstrap action).
-        normalize_images: Scale uint8 image observations to [0, 1].
-        loss: TD loss, one of :data:`TD_LOSSES` (see below).
-        max_grad_norm: Clip each update's gradient to this global norm (None: no clipping).
         device: Torch device of the networks.
         seed: Seeds network initialisation and the exploration RNG (None: fresh entropy).
         actor_network: A pre-built ``QNetwork`` to start from (cloned; `net_config` is ignored).
@@ -99,8 +81,18 @@ class QLearner(SingleAgentAlgorithm):
     fixed it, with CartPole as fast as unclipped.
     """
 
-    hyperparameter_names: ClassVar[tuple[str, ...]] = ("lr", "batch_size", "learn_step", "gamma", "tau")
     supported_action_spaces: ClassVar[tuple[type[spaces.Space], ...]] = (spaces.Discrete,)
+
+    # hyperparameters, set from the subclass's spec (declared here for the type checker)
+    batch_size: int
+    lr: float
+    learn_step: int
+    gamma: float
+    tau: float
+    double: bool
+    normalize_images: bool
+    loss: str
+    max_grad_norm: float | None
 
     actor: QNetwork
     actor_target: QNetwork
@@ -114,37 +106,14 @@ class QLearner(SingleAgentAlgorithm):
         hp_config: HyperparameterConfig | None = None,
         net_config: NetworkSpec | Mapping[str, Any] | None = None,
         *,
-        batch_size: int,
-        lr: float,
-        learn_step: int,
-        gamma: float,
-        tau: float,
-        double: bool,
-        normalize_images: bool,
-        loss: str,
-        max_grad_norm: float | None,
         device: str | torch.device = "cpu",
         seed: int | None = None,
         actor_network: EvolvableModule | None = None,
     ) -> None:
         super().__init__(observation_space, action_space, index=index, hp_config=hp_config, device=device)
         discrete = cast(spaces.Discrete, action_space)
-        check_q_hyperparameters(batch_size, lr, learn_step, gamma, tau)
         self.num_actions = int(discrete.n)
         self.action_start = int(discrete.start)
-        self.batch_size = int(batch_size)
-        self.lr = float(lr)
-        self.learn_step = int(learn_step)
-        self.gamma = float(gamma)
-        self.tau = float(tau)
-        self.double = bool(double)
-        self.normalize_images = bool(normalize_images)
-        if loss not in TD_LOSSES:
-            raise ValueError(f"loss must be one of {TD_LOSSES}, got {loss!r}")
-        if max_grad_norm is not None and not max_grad_norm > 0:
-            raise ValueError(f"max_grad_norm must be > 0 or None, got {max_grad_norm}")
-        self.loss = str(loss)
-        self.max_grad_norm = None if max_grad_norm is None else float(max_grad_norm)
         self.rng = np.random.default_rng(seed)
 
         if actor_network is not None:
@@ -171,10 +140,6 @@ class QLearner(SingleAgentAlgorithm):
         self.actor_target.requires_grad_(False)
 
     # ------------------------------------------------------------------ acting
-    def _q_values(self, obs: Any, network: QNetwork | None = None) -> torch.Tensor:
-        tensor = preprocess_observation(self.observation_space, obs, self.device, self.normalize_images)
-        return (network or self.actor)(tensor)
-
     def get_action(self, obs: Any, epsilon: float = 0.0, action_mask: Any = None) -> np.ndarray:
         """Epsilon-greedy actions ``[num_envs]`` (int64) for a batch of observations.
 

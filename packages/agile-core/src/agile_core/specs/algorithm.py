@@ -5,7 +5,7 @@ from __future__ import annotations
 import types
 import typing
 from collections.abc import Mapping
-from typing import Annotated, Any, ClassVar, Literal, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Literal, Self, get_args, get_origin
 
 from pydantic import Field, ValidationError
 
@@ -18,6 +18,19 @@ setting; a typo such as 1e6 would otherwise run for days)."""
 
 UpdateEpochs = Annotated[int, Field(ge=1, le=MAX_UPDATE_EPOCHS)]
 """The type of an `update_epochs` field: 1 to `MAX_UPDATE_EPOCHS`."""
+
+
+class Mutable:
+    """Annotation marker of a hyperparameter each member holds as its own attribute, which RL
+    hyperparameter mutation may change during a run: ``lr: Annotated[float, Field(gt=0), MUTABLE]``.
+    Marked hyperparameters are saved with the agent and reported per generation."""
+
+    def __repr__(self) -> str:
+        return "MUTABLE"
+
+
+MUTABLE = Mutable()
+"""The :class:`Mutable` marker."""
 
 
 class AlgorithmSpec(Spec):
@@ -60,6 +73,12 @@ class AlgorithmSpec(Spec):
         defaults, which its constructor's keyword defaults are read from."""
         return {field_name: info.get_default(call_default_factory=True)
                 for field_name, info in cls.model_fields.items() if field_name not in cls.switches}
+
+    @classmethod
+    def mutable_hyperparameters(cls) -> tuple[str, ...]:
+        """The hyperparameters marked :data:`MUTABLE`, in declaration order."""
+        return tuple(name for name, info in cls.model_fields.items()
+                     if any(isinstance(item, Mutable) for item in info.metadata))
 
     @classmethod
     def numeric_hyperparameters(cls) -> dict[str, type]:
@@ -106,19 +125,24 @@ class AlgorithmSpec(Spec):
         return warnings
 
     @classmethod
-    def check_values(cls, values: Mapping[str, Any]) -> None:
-        """Check an algorithm constructor's arguments by this spec's rules (the ones manifests
-        meet): a ValueError naming the first value it rejects. Names the spec lacks are ignored."""
+    def from_arguments(cls, values: Mapping[str, Any]) -> Self:
+        """The spec of an algorithm constructor's arguments, checked by the rules manifests meet:
+        a ValueError naming the first value it rejects. Names the spec lacks are ignored."""
         data = {name: values[name] for name in cls.model_fields if name not in cls.switches and name in values}
         for name, kind in cls.numeric_hyperparameters().items():
             if kind is int and isinstance(data.get(name), bool):
                 raise ValueError(f"{name}: input should be an integer, not a boolean (got {data[name]!r})")
         try:
-            cls.model_validate(data)
+            return cls.model_validate(data)
         except ValidationError as error:
             first = error.errors()[0]
             where = ".".join(str(part) for part in first["loc"])
             raise ValueError(f"{where}: {first['msg'].lower()} (got {first.get('input')!r})") from None
+
+    @classmethod
+    def check_values(cls, values: Mapping[str, Any]) -> None:
+        """:meth:`from_arguments` for its check alone."""
+        cls.from_arguments(values)
 
     def hyperparameters(self) -> dict[str, Any]:
         """The hyperparameters as plain values (without `name` and the other `switches`)."""

@@ -6,7 +6,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
-from agile_core.specs.algorithm import AlgorithmSpec
+from agile_core.specs.algorithm import MUTABLE, AlgorithmSpec
 
 PositiveInt = Annotated[int, Field(ge=1)]
 PositiveFloat = Annotated[float, Field(gt=0.0)]
@@ -21,32 +21,32 @@ class MADDPGSpec(AlgorithmSpec):
 
     name: Literal["MADDPG"] = "MADDPG"
     """Algorithm name."""
-    batch_size: PositiveInt = 64
+    batch_size: Annotated[PositiveInt, MUTABLE] = 64
     """Joint transitions sampled from the replay buffer per learning step."""
-    lr_actor: PositiveFloat = 1e-3
+    lr_actor: Annotated[PositiveFloat, MUTABLE] = 1e-3
     """Adam learning rate of every agent's actor."""
-    lr_critic: PositiveFloat = 1e-2
+    lr_critic: Annotated[PositiveFloat, MUTABLE] = 1e-2
     """Adam learning rate of every agent's critic."""
-    learn_step: PositiveInt = 5
+    learn_step: Annotated[PositiveInt, MUTABLE] = 5
     """Environment steps of one member (over all its sub-environments) between learning steps."""
-    gamma: Fraction = 0.95
+    gamma: Annotated[Fraction, MUTABLE] = 0.95
     """Discount factor."""
-    tau: Fraction = 0.01
+    tau: Annotated[Fraction, MUTABLE] = 0.01
     """Soft target-network update rate (1.0 copies the online network)."""
-    O_U_noise: bool = True
+    O_U_noise: Annotated[bool, MUTABLE] = True
     """Explore (Box actions) with Ornstein-Uhlenbeck noise; Gaussian noise when false."""
-    expl_noise: NonNegative = 0.1
+    expl_noise: Annotated[NonNegative, MUTABLE] = 0.1
     """Scale of the exploration noise, relative to half the action range."""
-    vect_noise_dim: PositiveInt = 1
+    vect_noise_dim: Annotated[PositiveInt, MUTABLE] = 1
     """Initial number of noise streams per agent; the streams follow the rows acting is called
     with (one per sub-environment)."""
-    mean_noise: float = 0.0
+    mean_noise: Annotated[float, MUTABLE] = 0.0
     """Mean of the exploration noise."""
-    theta: NonNegative = 0.15
+    theta: Annotated[NonNegative, MUTABLE] = 0.15
     """Mean-reversion rate of the Ornstein-Uhlenbeck process."""
-    dt: PositiveFloat = 1e-2
+    dt: Annotated[PositiveFloat, MUTABLE] = 1e-2
     """Time step of the Ornstein-Uhlenbeck process."""
-    normalize_images: bool = True
+    normalize_images: Annotated[bool, MUTABLE] = True
     """Scale uint8 image observations to [0, 1]."""
 
     algorithm_class: ClassVar[str] = "agile_marl.maddpg:MADDPG"
@@ -59,12 +59,12 @@ class MATD3Spec(MADDPGSpec):
 
     name: Literal["MATD3"] = "MATD3"  # type: ignore[assignment]
     """Algorithm name."""
-    policy_freq: PositiveInt = 2
+    policy_freq: Annotated[PositiveInt, MUTABLE] = 2
     """Critic updates per actor (and target) update."""
-    policy_noise: NonNegative = 0.2
+    policy_noise: Annotated[NonNegative, MUTABLE] = 0.2
     """Std of the smoothing noise added to Box agents' target actions, relative to half the
     action range (Discrete agents' target actions are greedy one-hots, not smoothed)."""
-    noise_clip: NonNegative = 0.5
+    noise_clip: Annotated[NonNegative, MUTABLE] = 0.5
     """Clip of the target smoothing noise, relative to half the action range."""
 
     algorithm_class: ClassVar[str] = "agile_marl.matd3:MATD3"

@@ -8,7 +8,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from agile_core.specs._base import field_error
-from agile_core.specs.algorithm import AlgorithmSpec
+from agile_core.specs.algorithm import MUTABLE, AlgorithmSpec
 from agile_core.specs.env import EnvSpec
 
 PositiveInt = Annotated[int, Field(ge=1)]
@@ -23,17 +23,17 @@ __all__ = ["BanditEnvSpec", "NeuralTSSpec", "NeuralUCBSpec"]
 class _NeuralBanditSpec(AlgorithmSpec):
     """Fields NeuralUCB and NeuralTS share."""
 
-    gamma: NonNegative = 1.0
+    gamma: Annotated[NonNegative, MUTABLE] = 1.0
     """Exploration scale: weight of the confidence bonus (UCB) or of the posterior spread (TS)."""
-    lamb: PositiveFloat = 1.0
+    lamb: Annotated[PositiveFloat, MUTABLE] = 1.0
     """Ridge strength: the gradient covariance starts as ``lamb * I``."""
-    reg: NonNegative = 6.25e-4
+    reg: Annotated[NonNegative, MUTABLE] = 6.25e-4
     """L2 pull of the weights towards their initial values in the regression loss."""
-    batch_size: PositiveInt = 64
+    batch_size: Annotated[PositiveInt, MUTABLE] = 64
     """Stored (context, reward) pairs sampled per learning step."""
-    lr: PositiveFloat = 1e-3
+    lr: Annotated[PositiveFloat, MUTABLE] = 1e-3
     """Adam learning rate."""
-    learn_step: PositiveInt = 2
+    learn_step: Annotated[PositiveInt, MUTABLE] = 2
     """Bandit steps between learning steps."""
 
     default_evo_steps: ClassVar[int] = 500
@@ -53,7 +53,7 @@ class NeuralTSSpec(_NeuralBanditSpec):
 
     name: Literal["NeuralTS"] = "NeuralTS"
     """Algorithm name."""
-    lr: PositiveFloat = 3e-3
+    lr: Annotated[PositiveFloat, MUTABLE] = 3e-3
     """Adam learning rate."""
 
     algorithm_class: ClassVar[str] = "agile_offline.bandits.neural_ts:NeuralTS"

@@ -6,7 +6,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
-from agile_core.specs.algorithm import AlgorithmSpec
+from agile_core.specs.algorithm import MUTABLE, AlgorithmSpec
 
 PositiveInt = Annotated[int, Field(ge=1)]
 PositiveFloat = Annotated[float, Field(gt=0.0)]
@@ -20,20 +20,20 @@ class CQNSpec(AlgorithmSpec):
 
     name: Literal["CQN"] = "CQN"
     """Algorithm name."""
-    batch_size: PositiveInt = 64
+    batch_size: Annotated[PositiveInt, MUTABLE] = 64
     """Dataset transitions sampled per learning step."""
-    lr: PositiveFloat = 1e-4
+    lr: Annotated[PositiveFloat, MUTABLE] = 1e-4
     """Adam learning rate."""
-    learn_step: PositiveInt = 5
+    learn_step: Annotated[PositiveInt, MUTABLE] = 5
     """Kept for manifests written for other Q-learners; offline training learns on every step
     (one training step is one gradient step), so it has no effect there."""
-    gamma: Fraction = 0.99
+    gamma: Annotated[Fraction, MUTABLE] = 0.99
     """Discount factor."""
-    tau: Fraction = 1e-3
+    tau: Annotated[Fraction, MUTABLE] = 1e-3
     """Soft target-network update rate (1.0 copies the online network: a hard update)."""
     double: bool = False
     """Double Q-learning: the online network picks the next action, the target network rates it."""
-    cql_alpha: Annotated[float, Field(ge=0.0)] = 1.0
+    cql_alpha: Annotated[float, Field(ge=0.0), MUTABLE] = 1.0
     """Weight of the conservative penalty ``logsumexp_a Q(s, a) - Q(s, a_data)`` (0: plain DQN
     on the dataset)."""
     normalize_images: bool = True
