@@ -59,43 +59,46 @@ class LoRAFinetuner(LLMAlgorithm):
         tokenizer: Tokenizer for a model object (a path loads its own).
         lora_config: LoRA settings (:class:`~agile_llm.specs.LoraConfigSpec` fields); used when
             this call creates the base.
-        lr, batch_size, max_length, max_grad_norm: See the algorithm's spec.
         index, hp_config, device: As for every agile algorithm.
         seed: Seed of the member's generator (batch sampling).
         base_dir: Folder a relative model path is resolved against.
-        reference: The reference policy of the KL or DPO term: ``"base"``, the shared base with
-            adapters disabled; ``"initial"``, a frozen copy of this member's adapter as it was
-            when the member was created or loaded, kept as a separate non-trainable adapter on
-            the same shared base (cloned with the member, saved in its checkpoints; a checkpoint
-            saved without one loads with the reference set to a copy of the loaded adapter).
+
+    Subclasses set `spec_class`, take the spec's hyperparameters as constructor keywords, adopt
+    them (:meth:`adopt_hyperparameters`) and then call this constructor; it and the learning step
+    read ``lr``, ``batch_size``, ``max_length``, ``max_grad_norm`` and ``reference`` from the
+    member. ``reference`` is the reference policy of the KL or DPO term: ``"base"``, the shared
+    base with adapters disabled; ``"initial"``, a frozen copy of this member's adapter as it was
+    when the member was created or loaded, kept as a separate non-trainable adapter on the same
+    shared base (cloned with the member, saved in its checkpoints; a checkpoint saved without one
+    loads with the reference set to a copy of the loaded adapter).
     """
+
+    # hyperparameters, set from the subclass's spec (declared here for the type checker)
+    lr: float
+    batch_size: int
+    max_length: int
+    max_grad_norm: float | None
+    reference: str = "base"
+    """One of :data:`REFERENCES`; ``"base"`` where the spec has no ``reference`` (SFT)."""
 
     optimizer: torch.optim.Optimizer
     """The member's Adam optimizer over its adapter (created by ``register_optimizer``)."""
 
     def __init__(self, model: Any, *, tokenizer: Any = None, lora_config: Mapping[str, Any] | None = None,
-                 lr: float, batch_size: int, max_length: int, max_grad_norm: float | None,
                  index: int = 0, hp_config: HyperparameterConfig | None = None, device: str | torch.device = "cpu",
-                 seed: int | None = None, base_dir: str | None = None, reference: str = "base") -> None:
-        if reference not in REFERENCES:
-            raise ValueError(f"reference must be one of {', '.join(REFERENCES)}, not {reference!r}")
+                 seed: int | None = None, base_dir: str | None = None) -> None:
         super().__init__(index=index, hp_config=hp_config, device=device)
         self.base = SharedBase.of(model, tokenizer, lora_config, base_dir=base_dir, device=device)
-        self.lr = float(lr)
-        self.batch_size = int(batch_size)
-        self.max_length = int(max_length)
-        self.max_grad_norm = None if max_grad_norm is None else float(max_grad_norm)
         self.rng = np.random.default_rng(seed)
         with _seeded_torch(seed):  # peft draws the new adapter's weights from torch's global generator
             self.adapter_name = self.base.new_adapter()
         weakref.finalize(self, self.base.release, self.adapter_name)
         self.adapter = AdapterView(self.base.adapter_parameters(self.adapter_name))
-        self.reference = reference
         self.reference_adapter_name: str | None = None
         """Name of the frozen reference adapter (``reference="initial"``), else None."""
         self.reference_logprob_cache: dict[tuple[tuple[int, ...], int], float] = {}
         """Summed log-probs under this member's own frozen reference (``reference="initial"``)."""
-        if reference == "initial":
+        if self.reference == "initial":
             self.reference_adapter_name = self.base.new_adapter()
             weakref.finalize(self, self.base.release, self.reference_adapter_name)
             self.reset_reference()

@@ -12,7 +12,7 @@ Fitness (``test``): preference accuracy on held-out pairs (``m > 0``, ties count
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Self
+from typing import Any, Self
 
 import torch
 import torch.nn.functional as F
@@ -35,10 +35,14 @@ def dpo_loss(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor, ref_cho
 
 class DPO(LoRAFinetuner):
     """Direct preference optimisation (see the module docstring); arguments as
-    :class:`LoRAFinetuner` plus `beta`, `nll_alpha` and `reference`, defaults from :class:`~agile_llm.specs.DPOSpec`."""
+    :class:`LoRAFinetuner` plus the hyperparameters of :class:`~agile_llm.specs.DPOSpec` (`beta`,
+    `nll_alpha` and `reference` among them), with its defaults and rules."""
 
-    hyperparameter_names: ClassVar[tuple[str, ...]] = (
-        "lr", "batch_size", "max_length", "max_grad_norm", "beta", "nll_alpha")
+    spec_class = DPOSpec
+
+    # hyperparameters, set from DPOSpec (declared here for the type checker)
+    beta: float
+    nll_alpha: float
 
     def __init__(self, model: Any, *, tokenizer: Any = None, lora_config: Mapping[str, Any] | None = None,
                  lr: float = _D["lr"], batch_size: int = _D["batch_size"], max_length: int = _D["max_length"],
@@ -46,13 +50,9 @@ class DPO(LoRAFinetuner):
                  nll_alpha: float = _D["nll_alpha"], index: int = 0, hp_config: HyperparameterConfig | None = None,
                  device: str | torch.device = "cpu", seed: int | None = None, base_dir: str | None = None,
                  reference: str = _D["reference"]) -> None:
-        DPOSpec.check_values({"lr": lr, "batch_size": batch_size, "max_length": max_length,
-                              "max_grad_norm": max_grad_norm, "beta": beta, "nll_alpha": nll_alpha})
-        super().__init__(model, tokenizer=tokenizer, lora_config=lora_config, lr=lr, batch_size=batch_size,
-                         max_length=max_length, max_grad_norm=max_grad_norm, index=index, hp_config=hp_config,
-                         device=device, seed=seed, base_dir=base_dir, reference=reference)
-        self.beta = float(beta)
-        self.nll_alpha = float(nll_alpha)
+        self.adopt_hyperparameters(locals())
+        super().__init__(model, tokenizer=tokenizer, lora_config=lora_config, index=index, hp_config=hp_config,
+                         device=device, seed=seed, base_dir=base_dir)
         self.last_margin = 0.0
 
     def _reference(self, batch: Mapping[str, Any]) -> torch.Tensor:

@@ -18,7 +18,7 @@ Fitness (``test``): mean return of greedy episodes on the held-out prompts.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import torch
@@ -57,9 +57,12 @@ class GRPO(RolloutLearner):
             :class:`~agile_llm.specs.GRPOSpec`.
     """
 
-    hyperparameter_names: ClassVar[tuple[str, ...]] = (
-        "lr", "batch_size", "max_length", "max_grad_norm", "beta", "clip_coef", "group_size", "temperature",
-        "max_new_tokens", "update_epochs")
+    spec_class = GRPOSpec
+
+    # hyperparameters, set from GRPOSpec (declared here for the type checker; the shared ones on
+    # RolloutLearner and LoRAFinetuner)
+    clip_coef: float
+    update_epochs: int
 
     def __init__(self, model: Any, *, tokenizer: Any = None, lora_config: Mapping[str, Any] | None = None,
                  lr: float = _D["lr"], batch_size: int = _D["batch_size"], max_length: int = _D["max_length"],
@@ -71,17 +74,9 @@ class GRPO(RolloutLearner):
                  hp_config: HyperparameterConfig | None = None, device: str | torch.device = "cpu",
                  seed: int | None = None, base_dir: str | None = None,
                  reference: str = _D["reference"]) -> None:
-        GRPOSpec.check_values({"lr": lr, "batch_size": batch_size, "max_length": max_length,
-                               "max_grad_norm": max_grad_norm, "beta": beta, "clip_coef": clip_coef,
-                               "group_size": group_size, "temperature": temperature,
-                               "max_new_tokens": max_new_tokens, "update_epochs": update_epochs})
-        super().__init__(model, tokenizer=tokenizer, lora_config=lora_config, lr=lr, batch_size=batch_size,
-                         max_length=max_length, max_grad_norm=max_grad_norm, beta=beta, temperature=temperature,
-                         max_new_tokens=max_new_tokens, group_size=group_size, use_vllm=use_vllm,
-                         vllm_config=vllm_config, index=index, hp_config=hp_config, device=device, seed=seed,
-                         base_dir=base_dir, reference=reference)
-        self.clip_coef = float(clip_coef)
-        self.update_epochs = int(update_epochs)
+        self.adopt_hyperparameters(locals())
+        super().__init__(model, tokenizer=tokenizer, lora_config=lora_config, index=index, hp_config=hp_config,
+                         device=device, seed=seed, base_dir=base_dir)
 
     def update(self, episodes: list[Episode]) -> dict[str, float]:
         """``update_epochs`` GRPO updates on `episodes` (``group_size`` per prompt, group after group)."""

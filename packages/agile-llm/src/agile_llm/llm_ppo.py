@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import torch
@@ -117,9 +117,16 @@ class LLMPPO(RolloutLearner):
     critic_optimizer: torch.optim.Optimizer
     """Adam over the critic adapter and value head (learning rate ``critic_lr``)."""
 
-    hyperparameter_names: ClassVar[tuple[str, ...]] = (
-        "lr", "critic_lr", "batch_size", "max_length", "max_grad_norm", "beta", "clip_coef", "group_size", "gamma",
-        "gae_lambda", "update_epochs", "normalize_advantages", "temperature", "max_new_tokens")
+    spec_class = LLMPPOSpec
+
+    # hyperparameters, set from LLMPPOSpec (declared here for the type checker; the shared ones on
+    # RolloutLearner and LoRAFinetuner)
+    critic_lr: float
+    clip_coef: float
+    gamma: float
+    gae_lambda: float
+    update_epochs: int
+    normalize_advantages: bool
 
     def __init__(self, model: Any, *, tokenizer: Any = None, lora_config: Mapping[str, Any] | None = None,
                  lr: float = _D["lr"], critic_lr: float = _D["critic_lr"], batch_size: int = _D["batch_size"],
@@ -132,23 +139,9 @@ class LLMPPO(RolloutLearner):
                  hp_config: HyperparameterConfig | None = None, device: str | torch.device = "cpu",
                  seed: int | None = None, base_dir: str | None = None,
                  reference: str = _D["reference"]) -> None:
-        LLMPPOSpec.check_values({"lr": lr, "critic_lr": critic_lr, "batch_size": batch_size,
-                                 "max_length": max_length, "max_grad_norm": max_grad_norm, "beta": beta,
-                                 "clip_coef": clip_coef, "group_size": group_size, "gamma": gamma,
-                                 "gae_lambda": gae_lambda, "update_epochs": update_epochs,
-                                 "normalize_advantages": normalize_advantages, "temperature": temperature,
-                                 "max_new_tokens": max_new_tokens})
-        super().__init__(model, tokenizer=tokenizer, lora_config=lora_config, lr=lr, batch_size=batch_size,
-                         max_length=max_length, max_grad_norm=max_grad_norm, beta=beta, temperature=temperature,
-                         max_new_tokens=max_new_tokens, group_size=group_size, use_vllm=use_vllm,
-                         vllm_config=vllm_config, index=index, hp_config=hp_config, device=device, seed=seed,
-                         base_dir=base_dir, reference=reference)
-        self.critic_lr = float(critic_lr)
-        self.clip_coef = float(clip_coef)
-        self.gamma = float(gamma)
-        self.gae_lambda = float(gae_lambda)
-        self.update_epochs = int(update_epochs)
-        self.normalize_advantages = bool(normalize_advantages)
+        self.adopt_hyperparameters(locals())
+        super().__init__(model, tokenizer=tokenizer, lora_config=lora_config, index=index, hp_config=hp_config,
+                         device=device, seed=seed, base_dir=base_dir)
         self.critic_adapter_name = self.base.new_adapter()
         weakref.finalize(self, self.base.release, self.critic_adapter_name)
         self.base.activate(self.adapter_name)

@@ -21,7 +21,7 @@ is the mean over sequences. One on-policy update per batch (REINFORCE has no rat
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import torch
@@ -66,9 +66,12 @@ class LLMREINFORCE(RolloutLearner):
             :class:`~agile_llm.specs.LLMREINFORCESpec`.
     """
 
-    hyperparameter_names: ClassVar[tuple[str, ...]] = (
-        "lr", "batch_size", "max_length", "max_grad_norm", "beta", "group_size", "baseline", "baseline_decay",
-        "temperature", "max_new_tokens")
+    spec_class = LLMREINFORCESpec
+
+    # hyperparameters, set from LLMREINFORCESpec (declared here for the type checker; the shared
+    # ones on RolloutLearner and LoRAFinetuner)
+    baseline: str
+    baseline_decay: float
 
     def __init__(self, model: Any, *, tokenizer: Any = None, lora_config: Mapping[str, Any] | None = None,
                  lr: float = _D["lr"], batch_size: int = _D["batch_size"], max_length: int = _D["max_length"],
@@ -80,17 +83,9 @@ class LLMREINFORCE(RolloutLearner):
                  hp_config: HyperparameterConfig | None = None, device: str | torch.device = "cpu",
                  seed: int | None = None, base_dir: str | None = None,
                  reference: str = _D["reference"]) -> None:
-        LLMREINFORCESpec.check_values({"lr": lr, "batch_size": batch_size, "max_length": max_length,
-                                       "max_grad_norm": max_grad_norm, "beta": beta, "group_size": group_size,
-                                       "baseline": baseline, "baseline_decay": baseline_decay,
-                                       "temperature": temperature, "max_new_tokens": max_new_tokens})
-        super().__init__(model, tokenizer=tokenizer, lora_config=lora_config, lr=lr, batch_size=batch_size,
-                         max_length=max_length, max_grad_norm=max_grad_norm, beta=beta, temperature=temperature,
-                         max_new_tokens=max_new_tokens, group_size=group_size, use_vllm=use_vllm,
-                         vllm_config=vllm_config, index=index, hp_config=hp_config, device=device, seed=seed,
-                         base_dir=base_dir, reference=reference)
-        self.baseline = str(baseline)
-        self.baseline_decay = float(baseline_decay)
+        self.adopt_hyperparameters(locals())
+        super().__init__(model, tokenizer=tokenizer, lora_config=lora_config, index=index, hp_config=hp_config,
+                         device=device, seed=seed, base_dir=base_dir)
         self.running_baseline: float | None = None
         """The ``running`` baseline's current value (None before the first step)."""
 

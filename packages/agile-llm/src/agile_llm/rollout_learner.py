@@ -25,8 +25,10 @@ import numpy as np
 import torch
 
 from agile_core.hpo.hyperparameters import HyperparameterConfig
+from agile_core.specs.algorithm import AlgorithmSpec
 from agile_llm.algorithm import LoRAFinetuner
 from agile_llm.rollout import Completion, Episode, RolloutHarness, run_episodes
+from agile_llm.specs import VLLMConfigSpec
 
 __all__ = ["RolloutBatch", "RolloutLearner", "clipped_surrogate", "kl_to_reference", "pad_right",
            "sequence_mean", "token_logprobs"]
@@ -92,34 +94,36 @@ class RolloutBatch:
 
 class RolloutLearner(LoRAFinetuner):
     """Base of the rollout algorithms (see the module docstring). Arguments as for
-    :class:`~agile_llm.algorithm.LoRAFinetuner`, plus the shared rollout fields of
-    :class:`~agile_llm.specs.GRPOSpec` (``beta``, ``temperature``, ``max_new_tokens``,
-    ``group_size``, ``use_vllm``, ``vllm_config``, ``reference``)."""
+    :class:`~agile_llm.algorithm.LoRAFinetuner`; subclasses adopt, besides its hyperparameters,
+    the shared rollout fields of their spec (``beta``, ``temperature``, ``max_new_tokens``,
+    ``group_size``, ``use_vllm``, ``vllm_config``, ``reference``) before calling it."""
+
+    # hyperparameters, set from the subclass's spec (declared here for the type checker)
+    beta: float
+    temperature: float
+    max_new_tokens: int
+    group_size: int
+    use_vllm: bool
+    vllm_config: VLLMConfigSpec
 
     def __init__(self, model: Any, *, tokenizer: Any = None, lora_config: Mapping[str, Any] | None = None,
-                 lr: float, batch_size: int, max_length: int, max_grad_norm: float | None, beta: float,
-                 temperature: float, max_new_tokens: int, group_size: int, use_vllm: bool = False,
-                 vllm_config: Mapping[str, Any] | Any = None, index: int = 0,
-                 hp_config: HyperparameterConfig | None = None, device: str | torch.device = "cpu",
-                 seed: int | None = None, base_dir: str | None = None, reference: str = "base") -> None:
-        from agile_llm.specs import VLLMConfigSpec
-
-        config = VLLMConfigSpec.model_validate(
-            vllm_config.model_dump() if isinstance(vllm_config, VLLMConfigSpec) else dict(vllm_config or {}))
-        if use_vllm:
+                 index: int = 0, hp_config: HyperparameterConfig | None = None, device: str | torch.device = "cpu",
+                 seed: int | None = None, base_dir: str | None = None) -> None:
+        if self.use_vllm:
             from agile_llm.vllm_backend import require_vllm
 
             require_vllm()
-        super().__init__(model, tokenizer=tokenizer, lora_config=lora_config, lr=lr, batch_size=batch_size,
-                         max_length=max_length, max_grad_norm=max_grad_norm, index=index, hp_config=hp_config,
-                         device=device, seed=seed, base_dir=base_dir, reference=reference)
-        self.beta = float(beta)
-        self.temperature = float(temperature)
-        self.max_new_tokens = int(max_new_tokens)
-        self.group_size = int(group_size)
-        self.use_vllm = bool(use_vllm)
-        self.vllm_config = config
-        self.__dict__["_init_args"]["vllm_config"] = config.model_dump()
+        super().__init__(model, tokenizer=tokenizer, lora_config=lora_config, index=index, hp_config=hp_config,
+                         device=device, seed=seed, base_dir=base_dir)
+        self.__dict__["_init_args"]["vllm_config"] = self.vllm_config.model_dump()
+
+    def adopt_hyperparameters(self, arguments: Mapping[str, Any]) -> AlgorithmSpec:
+        """:meth:`~agile_core.algorithms.base.EvolvableAlgorithm.adopt_hyperparameters`, with the
+        constructors' ``vllm_config=None`` read as the default engine settings and a given
+        :class:`~agile_llm.specs.VLLMConfigSpec` copied (each member holds its own)."""
+        config = arguments.get("vllm_config")
+        config = config.model_dump() if isinstance(config, VLLMConfigSpec) else dict(config or {})
+        return super().adopt_hyperparameters({**arguments, "vllm_config": config})
 
     # ------------------------------------------------------------------ generation
     @torch.no_grad()

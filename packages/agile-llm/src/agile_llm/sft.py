@@ -7,7 +7,7 @@ Fitness (``test``): minus the mean per-token loss over the test split, so higher
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Self
+from typing import Any, Self
 
 import torch
 
@@ -21,20 +21,18 @@ _D = SFTSpec.defaults()
 
 
 class SFT(LoRAFinetuner):
-    """Supervised finetuning (see the module docstring); arguments as :class:`LoRAFinetuner`,
-    defaults from :class:`~agile_llm.specs.SFTSpec`."""
+    """Supervised finetuning (see the module docstring); arguments as :class:`LoRAFinetuner`
+    plus the hyperparameters of :class:`~agile_llm.specs.SFTSpec`, with its defaults and rules."""
 
-    hyperparameter_names: ClassVar[tuple[str, ...]] = ("lr", "batch_size", "max_length", "max_grad_norm")
+    spec_class = SFTSpec
 
     def __init__(self, model: Any, *, tokenizer: Any = None, lora_config: Mapping[str, Any] | None = None,
                  lr: float = _D["lr"], batch_size: int = _D["batch_size"], max_length: int = _D["max_length"],
                  max_grad_norm: float | None = _D["max_grad_norm"], index: int = 0,
                  hp_config: HyperparameterConfig | None = None, device: str | torch.device = "cpu",
                  seed: int | None = None, base_dir: str | None = None) -> None:
-        SFTSpec.check_values({"lr": lr, "batch_size": batch_size, "max_length": max_length,
-                              "max_grad_norm": max_grad_norm})
-        super().__init__(model, tokenizer=tokenizer, lora_config=lora_config, lr=lr, batch_size=batch_size,
-                         max_length=max_length, max_grad_norm=max_grad_norm, index=index, hp_config=hp_config,
+        self.adopt_hyperparameters(locals())
+        super().__init__(model, tokenizer=tokenizer, lora_config=lora_config, index=index, hp_config=hp_config,
                          device=device, seed=seed, base_dir=base_dir)
 
     @classmethod

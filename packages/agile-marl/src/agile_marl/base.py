@@ -24,11 +24,14 @@ class MultiAgentAgent(MultiAgentAlgorithm):
     (agents whose ids share a prefix, ``speaker_0`` -> ``speaker``) to its agents.
     """
 
+    normalize_images: bool = True
+    """Scale uint8 image observations to [0, 1]; a hyperparameter where the algorithm's spec has it
+    (MADDPG, MATD3: adopted as the member's own attribute before this constructor runs)."""
+
     def __init__(self, observation_spaces: Mapping[str, spaces.Space], action_spaces: Mapping[str, spaces.Space],
                  **kwargs: Any) -> None:
         super().__init__(observation_spaces, action_spaces, **kwargs)
         self.agent_groups = agent_groups(self.agent_ids)
-        self.normalize_images = True
 
     @staticmethod
     def net_name(role: str, key: str) -> str:

@@ -117,10 +117,26 @@ class IPPO(MultiAgentAgent):
             as in :class:`agile_marl.specs.ippo.IPPOSpec`.
     """
 
+    spec_class = IPPOSpec
     supported_action_spaces: ClassVar[tuple[type[spaces.Space], ...]] = (
         spaces.Discrete, spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary,
     )
-    hyperparameter_names: ClassVar[tuple[str, ...]] = tuple(_DEFAULTS)
+
+    # hyperparameters, set from IPPOSpec (declared here for the type checker)
+    batch_size: int
+    lr: float
+    learn_step: int
+    gamma: float
+    gae_lambda: float
+    action_std_init: float
+    clip_coef: float
+    ent_coef: float
+    vf_coef: float
+    max_grad_norm: float
+    target_kl: float | None
+    update_epochs: int
+    normalize_advantages: bool
+    clip_vloss: bool
 
     def __init__(
         self,
@@ -147,22 +163,8 @@ class IPPO(MultiAgentAgent):
         normalize_advantages: bool = _DEFAULTS["normalize_advantages"],
         clip_vloss: bool = _DEFAULTS["clip_vloss"],
     ) -> None:
+        self.adopt_hyperparameters(locals())
         super().__init__(observation_spaces, action_spaces, index=index, hp_config=hp_config, device=device)
-        IPPOSpec.check_values(locals())
-        self.batch_size = int(batch_size)
-        self.lr = float(lr)
-        self.learn_step = int(learn_step)
-        self.gamma = float(gamma)
-        self.gae_lambda = float(gae_lambda)
-        self.action_std_init = float(action_std_init)
-        self.clip_coef = float(clip_coef)
-        self.ent_coef = float(ent_coef)
-        self.vf_coef = float(vf_coef)
-        self.max_grad_norm = float(max_grad_norm)
-        self.target_kl = None if target_kl is None else float(target_kl)
-        self.update_epochs = int(update_epochs)
-        self.normalize_advantages = bool(normalize_advantages)
-        self.clip_vloss = bool(clip_vloss)
         self.rng = np.random.default_rng(seed)
         for key, agents in self.agent_groups.items():
             first = agents[0]

@@ -54,7 +54,6 @@ from agile_core.algorithms.group import MemberGroup
 from agile_core.algorithms.spaces import UnsupportedSpaceError
 from agile_core.hpo.hyperparameters import HyperparameterConfig
 from agile_core.networks import ContinuousQNetwork, DeterministicActor, EvolvableNetwork, QNetwork
-from agile_core.specs.algorithm import AlgorithmSpec
 from agile_core.specs.network import NetworkSpec
 from agile_marl.agent_ids import group_id
 from agile_marl.base import MultiAgentAgent
@@ -69,12 +68,6 @@ NOISE_HYPERPARAMETERS = frozenset({"O_U_noise", "expl_noise", "mean_noise", "the
 
 _DEFAULTS = MADDPGSpec.defaults()
 """The registered spec's defaults: the one home of this algorithm's keyword defaults."""
-
-
-def validated(spec: type[AlgorithmSpec], **values: Any) -> dict[str, Any]:
-    """`values` checked (and coerced) by `spec`'s field constraints; ValueError when one fails."""
-    model = spec.model_validate({**spec.defaults(), **values})
-    return {name: getattr(model, name) for name in values}
 
 
 def agent_network_configs(net_config: Any, agent_ids: Sequence[str]) -> dict[str, NetworkSpec | None]:
@@ -134,17 +127,28 @@ class MADDPG(MultiAgentAgent):
         seed: Seeds network initialisation, exploration noise and sampling (``rng``).
     """
 
+    spec_class = MADDPGSpec
     supported_action_spaces: ClassVar[tuple[type[spaces.Space], ...]] = (spaces.Box, spaces.Discrete)
-    hyperparameter_names: ClassVar[tuple[str, ...]] = (
-        "batch_size", "lr_actor", "lr_critic", "learn_step", "gamma", "tau", "O_U_noise", "expl_noise",
-        "vect_noise_dim", "mean_noise", "theta", "dt", "normalize_images",
-    )
     critic_names: ClassVar[tuple[str, ...]] = ("critic",)
     """Critic roles per agent; each ``<role>_target`` is its target network."""
     gumbel_temperature: ClassVar[float] = 1.0
     """Temperature of the Gumbel-softmax of Discrete agents' actor updates."""
     policy_freq: int = 1
     """Critic updates per actor and target update (MATD3 makes it a hyperparameter)."""
+
+    # hyperparameters, set from MADDPGSpec (declared here for the type checker)
+    batch_size: int
+    lr_actor: float
+    lr_critic: float
+    learn_step: int
+    gamma: float
+    tau: float
+    O_U_noise: bool
+    expl_noise: float
+    vect_noise_dim: int
+    mean_noise: float
+    theta: float
+    dt: float
 
     exploration: dict[str, ActionNoise]
 
@@ -171,24 +175,8 @@ class MADDPG(MultiAgentAgent):
         device: str | torch.device = "cpu",
         seed: int | None = None,
     ) -> None:
+        self.adopt_hyperparameters(locals())
         super().__init__(observation_spaces, action_spaces, index=index, hp_config=hp_config, device=device)
-        values = validated(MADDPGSpec, batch_size=batch_size, lr_actor=lr_actor, lr_critic=lr_critic,
-                           learn_step=learn_step, gamma=gamma, tau=tau, O_U_noise=O_U_noise, expl_noise=expl_noise,
-                           vect_noise_dim=vect_noise_dim, mean_noise=mean_noise, theta=theta, dt=dt,
-                           normalize_images=normalize_images)
-        self.batch_size: int = values["batch_size"]
-        self.lr_actor: float = values["lr_actor"]
-        self.lr_critic: float = values["lr_critic"]
-        self.learn_step: int = values["learn_step"]
-        self.gamma: float = values["gamma"]
-        self.tau: float = values["tau"]
-        self.O_U_noise: bool = values["O_U_noise"]
-        self.expl_noise: float = values["expl_noise"]
-        self.vect_noise_dim: int = values["vect_noise_dim"]
-        self.mean_noise: float = values["mean_noise"]
-        self.theta: float = values["theta"]
-        self.dt: float = values["dt"]
-        self.normalize_images = bool(values["normalize_images"])
         self.rng = np.random.default_rng(seed)
         self._describe_actions()
         self.joint_observation_space = joint_observation_space(self.observation_spaces)

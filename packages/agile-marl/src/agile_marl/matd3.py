@@ -20,7 +20,7 @@ import torch
 from gymnasium import spaces
 
 from agile_core.algorithms.group import MemberGroup
-from agile_marl.maddpg import MADDPG, _sizes, validated
+from agile_marl.maddpg import MADDPG, _sizes
 from agile_marl.specs.maddpg import MATD3Spec
 
 __all__ = ["MATD3"]
@@ -42,9 +42,12 @@ class MATD3(MADDPG):
         noise_clip: Clip of the target smoothing noise, relative to half the action range.
     """
 
+    spec_class = MATD3Spec
     critic_names: ClassVar[tuple[str, ...]] = ("critic_1", "critic_2")
-    hyperparameter_names: ClassVar[tuple[str, ...]] = (
-        *MADDPG.hyperparameter_names, "policy_freq", "policy_noise", "noise_clip")
+
+    # hyperparameters, set from MATD3Spec (declared here for the type checker; policy_freq on MADDPG)
+    policy_noise: float
+    noise_clip: float
 
     def __init__(
         self,
@@ -59,12 +62,11 @@ class MATD3(MADDPG):
         noise_clip: float = _DEFAULTS["noise_clip"],
         **maddpg_options: Any,
     ) -> None:
-        values = validated(MATD3Spec, policy_freq=policy_freq, policy_noise=policy_noise, noise_clip=noise_clip)
-        self.policy_freq = int(values["policy_freq"])
-        self.policy_noise = float(values["policy_noise"])
-        self.noise_clip = float(values["noise_clip"])
+        # MADDPG's constructor adopts its own arguments (through MATD3Spec, so with MATD3's three at
+        # their defaults); adopting every argument afterwards sets MATD3's and checks them.
         super().__init__(observation_spaces, action_spaces, index=index, hp_config=hp_config, net_config=net_config,
                          **maddpg_options)
+        self.adopt_hyperparameters({**maddpg_options, **locals()})
 
     @classmethod
     def _target_actions(cls, group: MemberGroup, next_obs: Mapping[str, Any],
