@@ -87,26 +87,13 @@ def _check_action_space(algorithm: str, action_space: spaces.Space) -> None:
         raise UnsupportedSpaceError(f"{algorithm} needs high > low in every action dimension, got {action_space}")
 
 
-def _check_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    return int(value)
-
-
-def _check_range(name: str, value: float, low: float, high: float, low_open: bool = False) -> float:
-    value = float(value)
-    ok = (low < value if low_open else low <= value) and value <= high
-    if not ok:
-        bracket = "(" if low_open else "["
-        raise ValueError(f"{name} must lie in {bracket}{low}, {high}], got {value}")
-    return value
-
-
 _DEFAULTS = DDPGSpec.defaults()
 """The registered spec's defaults: the one home of this algorithm's keyword defaults."""
 
 class DDPG(SingleAgentAlgorithm):
     """DDPG agent: a deterministic actor, critic(s), their targets and two Adam optimizers.
+
+    The hyperparameters are ``DDPGSpec``'s fields, with its defaults and rules.
 
     Args:
         observation_space: Space of one observation (not batched): Box, Discrete, MultiDiscrete,
@@ -139,12 +126,27 @@ class DDPG(SingleAgentAlgorithm):
         seed: Seeds network initialisation, exploration noise and (TD3) target smoothing.
     """
 
+    spec_class = DDPGSpec
     supported_action_spaces: ClassVar[tuple[type[spaces.Space], ...]] = (spaces.Box,)
-    hyperparameter_names: ClassVar[tuple[str, ...]] = (
-        "lr_actor", "lr_critic", "batch_size", "learn_step", "gamma", "tau", "policy_freq",
-    )
     critic_names: ClassVar[tuple[str, ...]] = ("critic",)
     """Attribute names of the critics; each ``<name>_target`` is its target network."""
+
+    # hyperparameters, set from DDPGSpec (declared here for the type checker)
+    batch_size: int
+    lr_actor: float
+    lr_critic: float
+    learn_step: int
+    gamma: float
+    tau: float
+    policy_freq: int
+    O_U_noise: bool
+    expl_noise: float
+    vect_noise_dim: int
+    mean_noise: float
+    theta: float
+    dt: float
+    share_encoders: bool
+    normalize_images: bool
 
     actor: DeterministicActor
     actor_target: DeterministicActor
@@ -177,25 +179,12 @@ class DDPG(SingleAgentAlgorithm):
         device: str | torch.device = "cpu",
         seed: int | None = None,
     ) -> None:
+        # a subclass adopts its own hyperparameters first (TD3: policy_noise, noise_clip): they stay
+        self.adopt_hyperparameters({**vars(self), **locals()})
         super().__init__(observation_space, action_space, index=index, hp_config=hp_config, device=device)
         name = type(self).__name__
         _check_action_space(name, action_space)
         assert isinstance(action_space, spaces.Box)
-        self.batch_size = _check_int("batch_size", batch_size)
-        self.learn_step = _check_int("learn_step", learn_step)
-        self.policy_freq = _check_int("policy_freq", policy_freq)
-        self.vect_noise_dim = _check_int("vect_noise_dim", vect_noise_dim)
-        self.lr_actor = _check_range("lr_actor", lr_actor, 0.0, float("inf"), low_open=True)
-        self.lr_critic = _check_range("lr_critic", lr_critic, 0.0, float("inf"), low_open=True)
-        self.gamma = _check_range("gamma", gamma, 0.0, 1.0, low_open=True)
-        self.tau = _check_range("tau", tau, 0.0, 1.0, low_open=True)
-        self.expl_noise = _check_range("expl_noise", expl_noise, 0.0, float("inf"))
-        self.theta = _check_range("theta", theta, 0.0, float("inf"))
-        self.dt = _check_range("dt", dt, 0.0, float("inf"), low_open=True)
-        self.mean_noise = float(mean_noise)
-        self.O_U_noise = bool(O_U_noise)
-        self.share_encoders = bool(share_encoders)
-        self.normalize_images = bool(normalize_images)
         self.rng = np.random.default_rng(seed)
 
         # Action bounds: numpy for acting, torch for learning (normalised <-> environment units).

@@ -34,7 +34,7 @@ from agile_core.algorithms.group import MemberGroup
 from agile_core.hpo.hyperparameters import HyperparameterConfig
 from agile_core.networks import ContinuousQNetwork
 from agile_core.specs.network import NetworkSpec
-from agile_offpolicy.ddpg import DDPG, _check_range
+from agile_offpolicy.ddpg import DDPG
 from agile_offpolicy.specs import TD3Spec
 
 __all__ = ["TD3"]
@@ -48,14 +48,20 @@ class TD3(DDPG):
     clipped double-Q targets, target policy smoothing and delayed actor updates.
 
     Takes every argument of :class:`~agile_offpolicy.ddpg.DDPG` (as keywords after `net_config`;
-    ``tau`` defaults to TD3's own, 5e-3, from :class:`~agile_offpolicy.specs.TD3Spec`) plus:
+    the hyperparameters are :class:`~agile_offpolicy.specs.TD3Spec`'s fields, with its defaults
+    and rules: ``tau`` defaults to TD3's own, 5e-3) plus:
 
     Args:
         policy_noise: Std of the target smoothing noise, relative to half the action range.
         noise_clip: Clip of the target smoothing noise, relative to half the action range.
     """
 
+    spec_class = TD3Spec
     critic_names: ClassVar[tuple[str, ...]] = ("critic_1", "critic_2")
+
+    # hyperparameters of its own, set from TD3Spec (declared here for the type checker)
+    policy_noise: float
+    noise_clip: float
 
     critic_1: ContinuousQNetwork
     critic_2: ContinuousQNetwork
@@ -75,8 +81,7 @@ class TD3(DDPG):
         noise_clip: float = _DEFAULTS["noise_clip"],
         **ddpg_options: Any,
     ) -> None:
-        self.policy_noise = _check_range("policy_noise", policy_noise, 0.0, float("inf"))
-        self.noise_clip = _check_range("noise_clip", noise_clip, 0.0, float("inf"))
+        self.adopt_hyperparameters({**ddpg_options, **locals()})
         super().__init__(observation_space, action_space, index=index, hp_config=hp_config, net_config=net_config,
                          tau=tau, **ddpg_options)
 

@@ -139,6 +139,8 @@ def _numpy(tensor: torch.Tensor) -> np.ndarray:
 class PPO(SingleAgentAlgorithm):
     """PPO agent for one Gymnasium (vector) environment.
 
+    The hyperparameters are ``PPOSpec``'s fields, with its defaults and rules.
+
     Args:
         observation_space: Space of one observation (Box vectors or images, Discrete,
             MultiDiscrete, MultiBinary, Dict/Tuple of those; recurrent: vector spaces only).
@@ -177,13 +179,32 @@ class PPO(SingleAgentAlgorithm):
         critic_network: A pre-built :class:`ValueNetwork` (only without shared encoders).
     """
 
+    spec_class = PPOSpec
     supported_action_spaces: ClassVar[tuple[type[spaces.Space], ...]] = (
         spaces.Discrete, spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary,
     )
-    hyperparameter_names: ClassVar[tuple[str, ...]] = (
-        "batch_size", "lr", "learn_step", "gamma", "gae_lambda", "action_std_init", "clip_coef",
-        "ent_coef", "vf_coef", "max_grad_norm", "target_kl", "update_epochs", "max_seq_len",
-    )
+
+    # hyperparameters, set from PPOSpec (declared here for the type checker)
+    batch_size: int
+    lr: float
+    learn_step: int
+    gamma: float
+    gae_lambda: float
+    action_std_init: float
+    clip_coef: float
+    ent_coef: float
+    vf_coef: float
+    max_grad_norm: float
+    target_kl: float | None
+    update_epochs: int
+    share_encoders: bool
+    recurrent: bool
+    bptt_sequence_type: Literal["chunked", "maximum", "fifty_percent_overlap"]
+    max_seq_len: int | None
+    normalize_advantages: bool
+    clip_vloss: bool
+    use_gae: bool
+    normalize_images: bool
 
     actor: StochasticActor
     critic: ValueNetwork
@@ -221,30 +242,10 @@ class PPO(SingleAgentAlgorithm):
         actor_network: EvolvableModule | None = None,
         critic_network: EvolvableModule | None = None,
     ) -> None:
+        self.adopt_hyperparameters(locals())
         super().__init__(observation_space, action_space, index=index, hp_config=hp_config, device=device)
         if isinstance(action_space, spaces.MultiDiscrete) and action_space.nvec.ndim != 1:
             raise ValueError(f"PPO supports 1-D MultiDiscrete action spaces only, got {action_space}")
-        PPOSpec.check_values(locals())
-        self.batch_size = int(batch_size)
-        self.lr = float(lr)
-        self.learn_step = int(learn_step)
-        self.gamma = float(gamma)
-        self.gae_lambda = float(gae_lambda)
-        self.action_std_init = float(action_std_init)
-        self.clip_coef = float(clip_coef)
-        self.ent_coef = float(ent_coef)
-        self.vf_coef = float(vf_coef)
-        self.max_grad_norm = float(max_grad_norm)
-        self.target_kl = None if target_kl is None else float(target_kl)
-        self.update_epochs = int(update_epochs)
-        self.share_encoders = bool(share_encoders)
-        self.recurrent = bool(recurrent)
-        self.bptt_sequence_type = bptt_sequence_type
-        self.max_seq_len = None if max_seq_len is None else int(max_seq_len)
-        self.normalize_advantages = bool(normalize_advantages)
-        self.clip_vloss = bool(clip_vloss)
-        self.use_gae = bool(use_gae)
-        self.normalize_images = bool(normalize_images)
         self.rng = np.random.default_rng(seed)
 
         self._build_networks(net_config, seed, actor_network, critic_network)

@@ -64,22 +64,11 @@ class BanditBatch:
         return cls(x, r, torch.full_like(r, 1.0 / r.shape[1]))
 
 
-def _check(batch_size: Any, lr: float, learn_step: Any, gamma: float, lamb: float, reg: float) -> None:
-    for name, value in (("batch_size", batch_size), ("learn_step", learn_step)):
-        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    if not lr > 0:
-        raise ValueError(f"lr must be > 0, got {lr}")
-    if not lamb > 0:
-        raise ValueError(f"lamb must be > 0, got {lamb}")
-    if not gamma >= 0 or not reg >= 0:
-        raise ValueError(f"gamma and reg must be >= 0, got gamma={gamma}, reg={reg}")
-
-
 class NeuralBandit(SingleAgentAlgorithm):
     """Base of the neural contextual bandits (see the module docstring); subclasses give the
-    exploration rule (:meth:`explore_scores`) and the keyword defaults, read from their spec
-    (the hyperparameters have no defaults here).
+    exploration rule (:meth:`explore_scores`), set `spec_class`, take the spec's hyperparameters
+    (``gamma``, ``lamb``, ``reg``, ``batch_size``, ``lr``, ``learn_step``) as constructor keywords,
+    adopt them (:meth:`adopt_hyperparameters`) and then call this constructor.
 
     Args:
         observation_space: Box of ONE arm's context (``K * d`` for a ``BanditEnv``).
@@ -87,35 +76,32 @@ class NeuralBandit(SingleAgentAlgorithm):
         index: Agent index in the population.
         hp_config: Hyperparameters that RL-HP mutation may change, with their ranges.
         net_config: Architecture of the reward network (a ``NetworkSpec`` or its dict form).
-        gamma: Exploration scale.
-        lamb: Initial value of the diagonal covariance ``Z``.
-        reg: Pull of the weights towards their initial values.
-        batch_size: Stored pairs per learning step.
-        lr: Adam learning rate.
-        learn_step: Bandit steps between learning steps.
         device: Torch device.
         seed: Seeds the network initialisation and the agent's ``rng`` (None: fresh entropy).
     """
 
-    hyperparameter_names: ClassVar[tuple[str, ...]] = ("gamma", "lamb", "reg", "batch_size", "lr", "learn_step")
     supported_observation_spaces: ClassVar[tuple[type[spaces.Space], ...]] = (spaces.Box,)
     supported_action_spaces: ClassVar[tuple[type[spaces.Space], ...]] = (spaces.Discrete,)
+
+    # hyperparameters, set from the subclass's spec (declared here for the type checker)
+    gamma: float
+    lamb: float
+    reg: float
+    batch_size: int
+    lr: float
+    learn_step: int
 
     net: ValueNetwork
     optimizer: torch.optim.Optimizer
 
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, index: int = 0,
                  hp_config: HyperparameterConfig | None = None,
-                 net_config: NetworkSpec | Mapping[str, Any] | None = None, *, gamma: float, lamb: float,
-                 reg: float, batch_size: int, lr: float, learn_step: int, device: str | torch.device = "cpu",
+                 net_config: NetworkSpec | Mapping[str, Any] | None = None, *, device: str | torch.device = "cpu",
                  seed: int | None = None) -> None:
         super().__init__(observation_space, action_space, index=index, hp_config=hp_config, device=device)
-        _check(batch_size, lr, learn_step, gamma, lamb, reg)
         if len(observation_space.shape or ()) != 1:
             raise ValueError(f"{type(self).__name__} needs flat context vectors, got shape {observation_space.shape}")
         self.num_arms = int(action_space.n)  # type: ignore[attr-defined]
-        self.gamma, self.lamb, self.reg = float(gamma), float(lamb), float(reg)
-        self.batch_size, self.lr, self.learn_step = int(batch_size), float(lr), int(learn_step)
         self.rng = np.random.default_rng(seed)
         with torch.random.fork_rng(devices=[]):
             if seed is not None:

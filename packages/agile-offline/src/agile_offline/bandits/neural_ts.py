@@ -25,7 +25,10 @@ _DEFAULTS = NeuralTSSpec.defaults()
 
 class NeuralTS(NeuralBandit):
     """Neural contextual bandit with Thompson-sampling exploration (arguments: see
-    :class:`~agile_offline.bandits.base.NeuralBandit`; defaults from ``NeuralTSSpec``)."""
+    :class:`~agile_offline.bandits.base.NeuralBandit`; the hyperparameters are ``NeuralTSSpec``'s fields,
+    with its defaults and rules)."""
+
+    spec_class = NeuralTSSpec
 
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, index: int = 0,
                  hp_config: HyperparameterConfig | None = None,
@@ -34,8 +37,8 @@ class NeuralTS(NeuralBandit):
                  batch_size: int = _DEFAULTS["batch_size"], lr: float = _DEFAULTS["lr"],
                  learn_step: int = _DEFAULTS["learn_step"], device: str | torch.device = "cpu",
                  seed: int | None = None) -> None:
+        self.adopt_hyperparameters(locals())
         super().__init__(observation_space, action_space, index=index, hp_config=hp_config, net_config=net_config,
-                         gamma=gamma, lamb=lamb, reg=reg, batch_size=batch_size, lr=lr, learn_step=learn_step,
                          device=device, seed=seed)
 
     @classmethod
