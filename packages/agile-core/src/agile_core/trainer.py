@@ -269,33 +269,23 @@ class LocalTrainer(Trainer):
         return env, population, selection, mutation
 
     # ------------------------------------------------------------------ training
-    def train(self, verbose: bool = True, save_elite: bool = False, elite_path: str | None = None, wb: bool = False,
-              tensorboard: bool = False, tensorboard_log_dir: str | None = None, checkpoint_steps: int | None = None,
-              checkpoint_path: str | None = None, overwrite_checkpoints: bool = False,
-              wandb_api_key: str | None = None, wandb_kwargs: dict[str, Any] | None = None, *,
-              csv_path: str | None = None, threads: int | None = None,
-              final_checkpoint: bool = False) -> tuple[list[Any], list[float]]:
-        """Train; return (population, fitnesses of the last evaluation). `csv_path` also writes
-        every metric to a CSV file; `final_checkpoint` saves a run checkpoint (under
-        `checkpoint_path`) when the run ends, even without `checkpoint_steps`. With ``backend="ray"`` members train in Ray actors
-        (:mod:`agile_core.distributed`), the rest of the run staying here. `threads`: torch's
-        intra-op threads per process (default: chosen by :mod:`agile_core.threads`)."""
-        from agile_core.training.arguments import positive_int
+    def train(self, *args: Any, **kwargs: Any) -> tuple[list[Any], list[float]]:
+        """Train; return (population, fitnesses of the last evaluation). The arguments are
+        :class:`~agile_core.training.options.TrainOptions`' fields (this signature is derived
+        from them): reporting (`verbose`, `wb`, `tensorboard`, `csv_path`...), saving
+        (`checkpoint_steps`, `checkpoint_path`, `save_elite`, `final_checkpoint`...) and torch
+        `threads` per process. With ``backend="ray"`` members train in Ray actors
+        (:mod:`agile_core.distributed`), the rest of the run staying here."""
+        from agile_core.train_options import TrainOptions
         from agile_core.training.options import RunOptions
 
-        if checkpoint_steps is not None:
-            positive_int("checkpoint_steps", checkpoint_steps)
-        if threads is not None:
-            positive_int("threads", threads)
+        train = TrainOptions.bind(args, kwargs)
+        threads = train.threads
 
         def options(selection: Any, mutation: Any) -> RunOptions:
-            return RunOptions.from_manifest(
-                self.manifest, selection=selection, mutation=mutation, accelerator=self.accelerator,
-                resume_from_checkpoint=self.resume_from_checkpoint, verbose=verbose, save_elite=save_elite,
-                elite_path=elite_path, wb=wb, tensorboard=tensorboard, tensorboard_log_dir=tensorboard_log_dir,
-                checkpoint_steps=checkpoint_steps, checkpoint_path=checkpoint_path,
-                overwrite_checkpoints=overwrite_checkpoints, wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs,
-                csv_path=csv_path, final_checkpoint=final_checkpoint)
+            return RunOptions.from_manifest(self.manifest, train, selection=selection, mutation=mutation,
+                                            accelerator=self.accelerator,
+                                            resume_from_checkpoint=self.resume_from_checkpoint)
 
         if self.backend == "ray":
             from agile_core.distributed.ray_loop import train_with_ray
@@ -308,6 +298,15 @@ class LocalTrainer(Trainer):
         processes = int(getattr(self.accelerator, "num_processes", None) or os.environ.get("WORLD_SIZE") or 1)
         configure_threads(population, threads, processes)
         return paradigm.run_loop(self.manifest, env, population, options(selection, mutation), self.device)
+
+
+def _train_signature() -> inspect.Signature:
+    from agile_core.train_options import train_signature
+
+    return train_signature(method=True)
+
+
+LocalTrainer.train.__signature__ = _train_signature()  # type: ignore[attr-defined]
 
 
 def _optional_path(value: Any, name: str) -> str | None:

@@ -170,7 +170,7 @@ def train_llm_rollout(
                             else completion_logging), eval_episodes=eval_episodes)
     generation = positive_int("evo_steps" if evo_steps is not None else "evaluation_interval",
                               evo_steps if evo_steps is not None else evaluation_interval)
-    options = RunOptions.of_call(locals(), "train_llm_rollout", evo_steps=generation, checkpoint=checkpoint_steps,
+    options = RunOptions.of_call(locals(), "train_llm_rollout", evo_steps=generation,
                                  save_elite=bool(save_elite),
                                  csv_path=(csv_log_dir or "llm_rollout_metrics.csv") if csv else None)
     return run_llm_rollout(pop, env_factory, env_name, options, settings)

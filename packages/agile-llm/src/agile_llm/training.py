@@ -175,7 +175,7 @@ def train_llm_dataset(
     max_steps = positive_int("max_steps", max_steps)
     generation = positive_int("evo_steps" if evo_steps is not None else "evaluation_interval",
                               evo_steps if evo_steps is not None else evaluation_interval)
-    options = RunOptions.of_call(locals(), "train_llm_dataset", evo_steps=generation, checkpoint=checkpoint_steps,
+    options = RunOptions.of_call(locals(), "train_llm_dataset", evo_steps=generation,
                                  save_elite=bool(save_elite),
                                  csv_path=(csv_log_dir or "llm_metrics.csv") if csv else None)
     return run_llm_dataset(pop, env, options)

@@ -30,24 +30,11 @@ def register(sub: Any) -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a manifest field, e.g. --set training.pop_size=2 (repeatable)")
     parser.add_argument("--device", type=device, default="cpu", help="torch device (default: cpu)")
-    parser.add_argument("--threads", type=positive_int, metavar="N",
-                        help="torch threads per process (default: $AGILE_NUM_THREADS, else what OMP_NUM_THREADS "
-                             "set, else 1 for RL-sized networks and the free cores for large ones)")
     parser.add_argument("--seed", type=int, help="seed for environments, networks and evolution")
     parser.add_argument("--run-dir", metavar="DIR", help="run directory (default: runs/<manifest>-<timestamp>)")
-    parser.add_argument("--wb", action="store_true", help="log to Weights & Biases")
-    parser.add_argument("--wandb-api-key", metavar="KEY", help="W&B API key (default: $WANDB_API_KEY)")
-    parser.add_argument("--tensorboard", action="store_true", help="log to TensorBoard")
-    parser.add_argument("--tensorboard-log-dir", metavar="DIR", help="TensorBoard directory (default: RUN_DIR/tensorboard)")
-    parser.add_argument("--checkpoint-steps", type=positive_int, metavar="N",
-                        help="checkpoint every N steps per agent (N >= 1); every run also saves one when "
-                             "it ends")
-    parser.add_argument("--checkpoint-path", metavar="DIR", help="checkpoint folder (default: RUN_DIR/checkpoints)")
-    parser.add_argument("--overwrite-checkpoints", action="store_true", help="keep only the latest checkpoint")
     parser.add_argument("--resume-from-checkpoint", metavar="PATH", help="continue an interrupted run")
     parser.add_argument("--load-weights-from", metavar="PATH", help="start a new run from saved weights")
-    parser.add_argument("--save-elite", action="store_true", help="save the best agent after every evaluation")
-    parser.add_argument("--elite-path", metavar="DIR", help="where to save the elite (default: RUN_DIR/elite)")
+    _add_train_option_flags(parser)
     parser.add_argument("--profile", action="store_true",
                         help="time env stepping, acting, sampling, learning, evaluation, evolution, checkpoints and "
                              "logging; print the table and write RUN_DIR/profile.json")
@@ -70,6 +57,30 @@ def register(sub: Any) -> None:
                            help="progress bar and per-generation table (default)")
     verbosity.add_argument("--quiet", dest="verbose", action="store_false", help="print only the result")
     parser.set_defaults(handler=run)
+
+
+RUN_DIR_DEFAULTS = {"elite_path": "RUN_DIR/elite", "tensorboard_log_dir": "RUN_DIR/tensorboard",
+                    "checkpoint_path": "RUN_DIR/checkpoints"}
+"""Where `agile train` puts what a run saves when no flag says otherwise."""
+
+
+def _add_train_option_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per command-line option of :class:`~agile_core.training.options.TrainOptions`
+    (its name in kebab case, its help text): a switch for a boolean, a value otherwise."""
+    from agile_core.train_options import TrainOptions
+
+    for option in TrainOptions.option_fields():
+        if not option.metadata["cli"]:
+            continue
+        flag, text = "--" + option.name.replace("_", "-"), str(option.metadata["doc"])
+        if option.name in RUN_DIR_DEFAULTS:
+            text = text.split(" (default")[0] + f" (default: {RUN_DIR_DEFAULTS[option.name]})"
+        if option.default is False:
+            parser.add_argument(flag, action="store_true", help=text)
+        elif "int" in str(option.type):
+            parser.add_argument(flag, type=positive_int, metavar=option.metadata["metavar"], help=text)
+        else:
+            parser.add_argument(flag, metavar=option.metadata["metavar"], help=text)
 
 
 def _load_manifest(args: argparse.Namespace) -> Any:
@@ -233,16 +244,7 @@ def _train(args: argparse.Namespace, manifest: Any, backend: dict[str, Any], run
                                              resume_from_checkpoint=args.resume_from_checkpoint,
                                              load_weights_from=args.load_weights_from, **backend)
         with PROFILER.run() if args.profile else nullcontext():
-            population, fitnesses = trainer.train(
-                verbose=args.verbose, save_elite=args.save_elite, elite_path=elite_path, wb=args.wb,
-                tensorboard=args.tensorboard,
-                tensorboard_log_dir=args.tensorboard_log_dir or str(run_dir / "tensorboard"),
-                checkpoint_steps=args.checkpoint_steps, checkpoint_path=checkpoint_path,
-                overwrite_checkpoints=args.overwrite_checkpoints,
-                wandb_api_key=args.wandb_api_key or os.environ.get("WANDB_API_KEY"),
-                wandb_kwargs={"dir": str(run_dir)} if args.wb else None,
-                csv_path=str(run_dir / "metrics.csv"), threads=args.threads, final_checkpoint=True,
-            )
+            population, fitnesses = trainer.train(**_train_options(args, run_dir, checkpoint_path, elite_path))
     except ManifestError as exc:  # a manifest problem only found when building the run (exit 2, no traceback)
         print(ManifestError(exc.issues, args.manifest).report(), file=sys.stderr)
         return EXIT_USAGE
@@ -288,6 +290,21 @@ def _train(args: argparse.Namespace, manifest: Any, backend: dict[str, Any], run
     if args.save_elite:
         print(f"elite saved to {elite_path}")
     return EXIT_OK
+
+
+def _train_options(args: argparse.Namespace, run_dir: Path, checkpoint_path: str, elite_path: str) -> dict[str, Any]:
+    """``LocalTrainer.train``'s keywords: the flags, with the run directory's paths as defaults,
+    metrics in RUN_DIR/metrics.csv and a checkpoint at the end of every run."""
+    from agile_core.train_options import TrainOptions
+
+    options = {option.name: getattr(args, option.name) for option in TrainOptions.option_fields()
+               if option.metadata["cli"]}
+    options.update(verbose=args.verbose, elite_path=elite_path, checkpoint_path=checkpoint_path,
+                   tensorboard_log_dir=args.tensorboard_log_dir or str(run_dir / "tensorboard"),
+                   wandb_api_key=args.wandb_api_key or os.environ.get("WANDB_API_KEY"),
+                   wandb_kwargs={"dir": str(run_dir)} if args.wb else None,
+                   csv_path=str(run_dir / "metrics.csv"), final_checkpoint=True)
+    return options
 
 
 def _hide_from_argv(secret: str) -> None:

@@ -136,8 +136,10 @@ class AlgorithmSpec(Spec):
             return cls.model_validate(data)
         except ValidationError as error:
             first = error.errors()[0]
-            where = ".".join(str(part) for part in first["loc"])
-            raise ValueError(f"{where}: {first['msg'].lower()} (got {first.get('input')!r})") from None
+            located = first.get("ctx", {}).get("field")  # a cross-field check names its field
+            where = located or ".".join(str(part) for part in first["loc"])
+            value = data.get(located) if located else first.get("input")
+            raise ValueError(f"{where}: {first['msg'].lower()} (got {value!r})") from None
 
     @classmethod
     def check_values(cls, values: Mapping[str, Any]) -> None:

@@ -178,9 +178,9 @@ class GenerationLoop:
                                     tensorboard_log_dir=o.tensorboard_log_dir, wandb_api_key=o.wandb_api_key,
                                     wandb_kwargs=o.wandb_kwargs, config=dict(config),
                                     csv_path=o.csv_path if main else None)
-        checkpointer = RunCheckpointer(o.checkpoint_path or "checkpoints", o.checkpoint, o.overwrite_checkpoints,
+        checkpointer = RunCheckpointer(o.checkpoint_path or "checkpoints", o.checkpoint_steps, o.overwrite_checkpoints,
                                        save_buffers=buffers is not None) \
-            if (o.checkpoint or o.final_checkpoint) and main else None
+            if (o.checkpoint_steps or o.final_checkpoint) and main else None
         return cls(population=list(population), env=env, phase=phase, max_steps=o.max_steps, evo_steps=o.evo_steps,
                    reporter=reporter, eval_steps=o.eval_steps, eval_loop=o.eval_loop, target=o.target,
                    selection=o.selection, mutation=o.mutation, checkpointer=checkpointer,

@@ -1,19 +1,20 @@
 """`RunOptions`: what every training loop takes besides its env, its population and its own settings.
 
-The public loop functions (``train_off_policy``, ``train_on_policy``...) keep their long argument
-lists and build a `RunOptions` from them; ``LocalTrainer`` builds one from the manifest's typed
-sections (:meth:`RunOptions.from_manifest`) and hands it to the paradigm's ``run_loop`` hook. The
-checks of the step counts live here, once.
+:class:`~agile_core.train_options.TrainOptions` (what a user sets for one run: reporting and
+saving) plus the schedule (from the manifest's `training` section, :meth:`RunOptions.from_manifest`,
+or from a public loop function's arguments, :meth:`RunOptions.of_call`), selection and mutation.
+The checks of the step counts live here, once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import InitVar, dataclass, fields
+from dataclasses import InitVar, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agile_core.distributed.data_parallel import check_accelerator
+from agile_core.train_options import TrainOptions, about, option_doc, train_signature
 from agile_core.training.arguments import positive_int
 
 if TYPE_CHECKING:
@@ -21,72 +22,41 @@ if TYPE_CHECKING:
     from agile_core.hpo.protocols import SelectionStrategy
     from agile_core.specs.manifest import TrainingManifest
 
-__all__ = ["RunOptions"]
+__all__ = ["RunOptions", "TrainOptions", "option_doc", "train_signature"]
 
 
 @dataclass(frozen=True)
-class RunOptions:
-    """The options every training loop shares. Step counts are in the loop's own unit
-    (environment steps, gradient steps or learning steps of one member)."""
+class RunOptions(TrainOptions):
+    """The options every training loop shares: :class:`TrainOptions` plus the schedule,
+    selection and mutation. Step counts are in the loop's own unit (environment steps, gradient
+    steps or learning steps of one member)."""
 
-    max_steps: int = 1_000_000
-    """Steps per member for the whole run."""
-    evo_steps: int = 10_000
-    """Steps per member between evolutions."""
-    eval_steps: int | None = None
-    """Cap on the vector steps of an evaluation episode (None: until it ends)."""
-    eval_loop: int = 1
-    """Evaluation rounds."""
-    target: float | None = None
-    """Stop once every member's latest fitness is at least this."""
-    selection: SelectionStrategy | None = None
-    """Selection applied after each evaluation (None: no selection)."""
-    mutation: Mutations | None = None
-    """Mutations applied after selection (None: no mutation)."""
-    checkpoint: int | None = None
-    """Save a run checkpoint every this many steps per member (None: no periodic checkpoints)."""
-    checkpoint_path: str | None = None
-    """Folder for checkpoints (None: ``checkpoints``); Ctrl-C also saves there."""
-    final_checkpoint: bool = False
-    """Also save a run checkpoint when the run ends (budget spent, target reached or out of
-    time), with or without periodic ones, so every finished run can be evaluated and continued
-    (``agile train`` sets it)."""
-    overwrite_checkpoints: bool = False
-    """Keep only the latest checkpoint."""
-    save_elite: bool = False
-    """Save the best member after every evaluation to `elite_path`."""
-    elite_path: str | None = None
-    """Where the elite is saved (None: ``elite``)."""
-    wb: bool = False
-    """Log to Weights & Biases."""
-    tensorboard: bool = False
-    """Log to TensorBoard."""
-    tensorboard_log_dir: str | None = None
-    """TensorBoard directory."""
-    verbose: bool = True
-    """Progress bar and per-generation table."""
-    wandb_api_key: str | None = None
-    """W&B API key (else ``WANDB_API_KEY``)."""
-    wandb_kwargs: dict[str, Any] | None = None
-    """Extra ``wandb.init`` arguments."""
-    csv_path: str | None = None
-    """Also write every metric to this CSV file."""
-    resume_from_checkpoint: str | Path | None = None
-    """Continue the run saved in this checkpoint (the population is replaced by the saved one)."""
-    seed: int | None = None
-    """Reseed the environment at fixed points, so seeded runs repeat and resumed runs match."""
-    accelerator: Any = None
-    """An ``accelerate.Accelerator`` for data-parallel training over processes (None: one process)."""
-    init_hp: dict[str, Any] | None = None
-    """Initial hyperparameters (logged; ``CHANNELS_LAST`` moves image channels first)."""
-    mut_p: dict[str, Any] | None = None
-    """Mutation parameters (logged)."""
-    batch_population: bool = True
-    """Train the population at once where the loop can (a speed switch; loops without it ignore it)."""
+    max_steps: int = field(default=1_000_000, metadata=about("steps per member for the whole run"))
+    evo_steps: int = field(default=10_000, metadata=about("steps per member between evolutions"))
+    eval_steps: int | None = field(default=None, metadata=about(
+        "cap on the vector steps of an evaluation episode (None: until it ends)"))
+    eval_loop: int = field(default=1, metadata=about("evaluation rounds"))
+    target: float | None = field(default=None, metadata=about(
+        "stop once every member's latest fitness is at least this"))
+    selection: SelectionStrategy | None = field(default=None, metadata=about(
+        "selection applied after each evaluation (None: none)"))
+    mutation: Mutations | None = field(default=None, metadata=about("mutations applied after selection (None: none)"))
+    resume_from_checkpoint: str | Path | None = field(default=None, metadata=about(
+        "continue the run saved in this checkpoint (the population is replaced by the saved one)"))
+    seed: int | None = field(default=None, metadata=about(
+        "reseed the environment at fixed points, so seeded runs repeat and resumed runs match"))
+    accelerator: Any = field(default=None, metadata=about(
+        "an accelerate.Accelerator for data-parallel training over processes (None: one process)"))
+    init_hp: dict[str, Any] | None = field(default=None, metadata=about(
+        "initial hyperparameters (logged; CHANNELS_LAST moves image channels first)"))
+    mut_p: dict[str, Any] | None = field(default=None, metadata=about("mutation parameters (logged)"))
+    batch_population: bool = field(default=True, metadata=about(
+        "train the population at once where the loop can (a speed switch)"))
     owner: InitVar[str] = "RunOptions"
     """Who is named in an accelerator error (the public loop function, ``LocalTrainer``); not stored."""
 
     def __post_init__(self, owner: str) -> None:
+        super().__post_init__()
         for name in ("max_steps", "evo_steps", "eval_loop"):
             object.__setattr__(self, name, positive_int(name, getattr(self, name)))
         if self.eval_steps is not None:
@@ -96,40 +66,36 @@ class RunOptions:
     @classmethod
     def of_call(cls, arguments: Mapping[str, Any], owner: str, **overrides: Any) -> RunOptions:
         """The options among a public loop function's arguments (pass its ``locals()`` first thing):
-        every field it has by name, the selection resolved from ``selection_strategy`` and the
-        deprecated ``tournament``; `overrides` set fields the function names or computes otherwise."""
+        every field it has by name (``checkpoint``, the reference loops' name, for
+        ``checkpoint_steps``), the selection resolved from ``selection_strategy`` and the deprecated
+        ``tournament``; `overrides` set fields the function names or computes otherwise."""
         from agile_core.training.evolution import resolve_selection_strategy
 
-        values = {field.name: arguments[field.name] for field in fields(cls) if field.name in arguments}
+        values = {option.name: arguments[option.name] for option in fields(cls) if option.name in arguments}
+        if "checkpoint" in arguments:
+            values["checkpoint_steps"] = arguments["checkpoint"]
         if "selection_strategy" in arguments or "tournament" in arguments:
             values["selection"] = resolve_selection_strategy(arguments.get("selection_strategy"),
                                                              arguments.get("tournament"))
         return cls(**{**values, **overrides}, owner=owner)
 
     @classmethod
-    def from_manifest(cls, manifest: TrainingManifest, *, selection: SelectionStrategy | None,
+    def from_manifest(cls, manifest: TrainingManifest, train: TrainOptions, *, selection: SelectionStrategy | None,
                       mutation: Mutations | None, accelerator: Any = None,
-                      resume_from_checkpoint: str | Path | None = None, verbose: bool = True,
-                      save_elite: bool = False, elite_path: str | None = None, wb: bool = False,
-                      tensorboard: bool = False, tensorboard_log_dir: str | None = None,
-                      checkpoint_steps: int | None = None, checkpoint_path: str | None = None,
-                      overwrite_checkpoints: bool = False, wandb_api_key: str | None = None,
-                      wandb_kwargs: dict[str, Any] | None = None, csv_path: str | None = None,
-                      final_checkpoint: bool = False) -> RunOptions:
-        """The options of a manifest run: the step counts, target, seed and checkpoint settings of
-        its `training` section (a run argument given here wins over the section's), the
-        algorithm's hyperparameters and, when evolving, the resolved mutation section as logged
-        values; the keyword arguments are ``LocalTrainer.train``'s."""
+                      resume_from_checkpoint: str | Path | None = None) -> RunOptions:
+        """The options of a manifest run: `train`'s, with the step counts, target, seed and
+        checkpoint settings of its `training` section (a checkpoint option of `train` wins over
+        the section's), the algorithm's hyperparameters and, when evolving, the resolved
+        mutation section as logged values."""
         training = manifest.training
         evolving = bool(selection or mutation)
+        given = {option.name: getattr(train, option.name) for option in TrainOptions.option_fields()}
+        given.update(checkpoint_steps=train.checkpoint_steps or training.checkpoint_steps,
+                     checkpoint_path=train.checkpoint_path or training.checkpoint_path,
+                     overwrite_checkpoints=train.overwrite_checkpoints or training.overwrite_checkpoints)
         return cls(
-            max_steps=training.max_steps, evo_steps=manifest.evo_steps, eval_steps=training.eval_steps,
+            **given, max_steps=training.max_steps, evo_steps=manifest.evo_steps, eval_steps=training.eval_steps,
             eval_loop=training.eval_loop, target=training.target_score, selection=selection, mutation=mutation,
-            checkpoint=checkpoint_steps or training.checkpoint_steps,
-            checkpoint_path=checkpoint_path or training.checkpoint_path, final_checkpoint=final_checkpoint,
-            overwrite_checkpoints=overwrite_checkpoints or training.overwrite_checkpoints, save_elite=save_elite,
-            elite_path=elite_path, wb=wb, tensorboard=tensorboard, tensorboard_log_dir=tensorboard_log_dir,
-            verbose=verbose, wandb_api_key=wandb_api_key, wandb_kwargs=wandb_kwargs, csv_path=csv_path,
             resume_from_checkpoint=resume_from_checkpoint, seed=training.seed, accelerator=accelerator,
             init_hp=manifest.algorithm.hyperparameters(),
             mut_p=manifest.resolved_mutation().model_dump(mode="json") if evolving else None,
