@@ -62,11 +62,9 @@ class MATD3(MADDPG):
         noise_clip: float = _DEFAULTS["noise_clip"],
         **maddpg_options: Any,
     ) -> None:
-        # MADDPG's constructor adopts its own arguments (through MATD3Spec, so with MATD3's three at
-        # their defaults); adopting every argument afterwards sets MATD3's and checks them.
+        self.adopt_hyperparameters({**maddpg_options, **locals()})
         super().__init__(observation_spaces, action_spaces, index=index, hp_config=hp_config, net_config=net_config,
                          **maddpg_options)
-        self.adopt_hyperparameters({**maddpg_options, **locals()})
 
     @classmethod
     def _target_actions(cls, group: MemberGroup, next_obs: Mapping[str, Any],

@@ -179,8 +179,7 @@ class DDPG(SingleAgentAlgorithm):
         device: str | torch.device = "cpu",
         seed: int | None = None,
     ) -> None:
-        # a subclass adopts its own hyperparameters first (TD3: policy_noise, noise_clip): they stay
-        self.adopt_hyperparameters({**vars(self), **locals()})
+        self.adopt_hyperparameters(locals())
         super().__init__(observation_space, action_space, index=index, hp_config=hp_config, device=device)
         name = type(self).__name__
         _check_action_space(name, action_space)

@@ -94,10 +94,12 @@ class EvolvableAlgorithm(ABC):
         """Check the constructor's hyperparameter `arguments` (pass its ``locals()``) against
         :attr:`spec_class` (a ValueError naming the first it refuses) and set each of the spec's
         hyperparameters as an attribute, typed as the spec types it (``lr=1`` becomes ``1.0``);
-        return the checked spec."""
+        return the checked spec. A hyperparameter adopted earlier and not among `arguments` keeps
+        its value: a subclass adopts its own arguments first, then its base adopts the ones it takes."""
         if self.spec_class is None:
             raise TypeError(f"{type(self).__name__} sets no spec_class to read its hyperparameters from")
-        spec = self.spec_class.from_arguments(arguments)
+        adopted = {name: self.__dict__[name] for name in self.spec_class.model_fields if name in self.__dict__}
+        spec = self.spec_class.from_arguments({**adopted, **arguments})
         for name in type(spec).model_fields:
             if name not in spec.switches:
                 setattr(self, name, getattr(spec, name))
