@@ -248,3 +248,18 @@ def test_manifest_from_model_instances():
     )
     assert manifest.training.pop_size == 2 and isinstance(manifest.algorithm, DQNSpec)
     assert TrainingManifest.get_validated(manifest) is manifest
+
+
+def test_a_range_for_a_hyperparameter_the_algorithm_fixes_is_warned_about_and_ignored():
+    from agile_core.trainer import LocalTrainer
+
+    manifest = TrainingManifest.get_validated({
+        "algorithm": {"name": "DQN"}, "environment": {"name": "CartPole-v1"},
+        "training": {"max_steps": 100, "pop_size": 2},
+        "mutation": {"rl_hp_selection": {"max_grad_norm": {"min": 1, "max": 20}, "lr": {"min": 1e-5, "max": 1e-2}}},
+    })
+    assert "max_grad_norm" not in DQNSpec.mutable_hyperparameters() and "lr" in DQNSpec.mutable_hyperparameters()
+    messages = [note.message for note in manifest.warnings if note.path[-1] == "max_grad_norm"]
+    assert messages and "fixes max_grad_norm for the whole run" in messages[0]
+    trainer = LocalTrainer.from_manifest(manifest)
+    assert set(trainer.make_hp_config()) == {"lr"}

@@ -178,9 +178,11 @@ class LocalTrainer(Trainer):
             return self.hp_config
         if not self.evolving:
             return HyperparameterConfig()
-        spec = self.manifest.algorithm
-        selection = self.manifest.resolved_mutation().rl_hp_selection or {}
-        return HyperparameterConfig.from_selection(selection, type(spec).numeric_hyperparameters())
+        spec_class = type(self.manifest.algorithm)
+        mutable = spec_class.mutable_hyperparameters()
+        selection = {name: bounds for name, bounds in (self.manifest.resolved_mutation().rl_hp_selection or {}).items()
+                     if name in mutable}  # validation warned about the others
+        return HyperparameterConfig.from_selection(selection, spec_class.numeric_hyperparameters())
 
     def make_population(self, env: Any, hp_config: Any) -> list[Any]:
         """`pop_size` agents of the manifest's algorithm, seeded per index (or what the

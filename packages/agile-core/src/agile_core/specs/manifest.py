@@ -33,7 +33,7 @@ from agile_core.errors import (
     issues_from_validation_error,
 )
 from agile_core.specs._base import Spec
-from agile_core.specs.algorithm import AlgorithmSpec
+from agile_core.specs.algorithm import AlgorithmSpec, Mutable
 from agile_core.specs.env import EnvSpec, GymEnvSpec
 from agile_core.specs.mutation import MutationSpec
 from agile_core.specs.network import NetworkSpec
@@ -427,7 +427,8 @@ def _range_bound_issues(spec_class: type[AlgorithmSpec], hp: str, kind: type,
     """A mutation range must hold only values the hyperparameter itself accepts (no `gamma` of 2,
     no negative `lr`, no `batch_size` of 0): each bound is checked against the field's own rules."""
     field = spec_class.model_fields[hp]
-    constrained: Any = Annotated[field.annotation, *field.metadata]  # the field's type with its rules
+    rules = [item for item in field.metadata if not isinstance(item, Mutable)]
+    constrained: Any = Annotated[field.annotation, *rules] if rules else field.annotation  # type and its rules
     adapter: TypeAdapter[Any] = TypeAdapter(constrained)
     issues = []
     for end in ("min", "max"):
@@ -448,16 +449,22 @@ def _range_bound_issues(spec_class: type[AlgorithmSpec], hp: str, kind: type,
 
 def _rl_hp_notes(out: dict[str, Any]) -> list[ManifestIssue]:
     """An initial value outside its mutation range is accepted (training starts from it; the
-    first mutation of that hyperparameter moves it into the range) and reported."""
+    first mutation of that hyperparameter moves it into the range) and reported; so is a range
+    for a hyperparameter the algorithm does not mark mutable (ignored)."""
     algo: AlgorithmSpec | None = out.get("algorithm")
     validated: MutationSpec | None = out.get("mutation")
     if algo is None or validated is None or not validated.rl_hp_selection:
         return []
     numeric = type(algo).numeric_hyperparameters()
+    mutable = type(algo).mutable_hyperparameters()
     notes = []
     for hp, bounds in validated.rl_hp_selection.items():
         value = getattr(algo, hp, None)
-        if hp in numeric and value is not None and not bounds.min <= value <= bounds.max:
+        if hp in numeric and hp not in mutable:
+            notes.append(ManifestIssue(("mutation", "rl_hp_selection", hp),
+                                       f"{algo.registered_name()} fixes {hp} for the whole run (members do not "
+                                       f"hold their own); the range is ignored. Mutable: {', '.join(mutable)}"))
+        elif hp in numeric and value is not None and not bounds.min <= value <= bounds.max:
             notes.append(ManifestIssue(("mutation", "rl_hp_selection", hp),
                                        f"the initial value algorithm.{hp}={value:g} lies outside "
                                        f"[{bounds.min:g}, {bounds.max:g}]; training starts from it and "
