@@ -8,10 +8,11 @@ The checks of the step counts live here, once.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import inspect
+from collections.abc import Callable, Mapping
 from dataclasses import InitVar, dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from agile_core.distributed.data_parallel import check_accelerator
 from agile_core.train_options import TrainOptions, about, option_doc, train_signature
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     from agile_core.hpo.protocols import SelectionStrategy
     from agile_core.specs.manifest import TrainingManifest
 
-__all__ = ["RunOptions", "TrainOptions", "option_doc", "train_signature"]
+__all__ = ["RunOptions", "TrainOptions", "documents_run_options", "option_doc", "train_signature"]
 
 
 @dataclass(frozen=True)
@@ -110,3 +111,25 @@ class RunOptions(TrainOptions):
         """The options a run logs with its config (schedule, target, hyperparameters)."""
         return {"max_steps": self.max_steps, "evo_steps": self.evo_steps, "eval_steps": self.eval_steps,
                 "eval_loop": self.eval_loop, "target": self.target, "init_hp": self.init_hp, "mut_p": self.mut_p}
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+LOOP_ALIASES = {"checkpoint": "checkpoint_steps", "selection_strategy": "selection", "tournament": "selection"}
+"""Parameter names of the public loop functions for :class:`RunOptions` fields of another name."""
+
+
+def documents_run_options(function: F) -> F:
+    """Append to a public loop function's docstring an entry for each of its parameters that is a
+    :class:`RunOptions` field, with the field's help text (written once, on the field)."""
+    docs = {option.name: option.metadata["doc"] for option in fields(RunOptions)}
+    lines = []
+    for name in inspect.signature(function).parameters:
+        field_name = LOOP_ALIASES.get(name, name)
+        if field_name in docs:
+            text = docs[field_name] + (" (deprecated alias of selection_strategy)" if name == "tournament" else "")
+            lines.append(f"    {name}: {text[0].upper()}{text[1:]}.")
+    if lines:
+        function.__doc__ = (inspect.cleandoc(function.__doc__ or "") + "\n\nRun options (shared by every "
+                            "loop; see :class:`~agile_core.training.options.RunOptions`):\n" + "\n".join(lines))
+    return function
