@@ -24,7 +24,7 @@ from agile_core.hpo.mutation import Mutations
 from agile_core.hpo.protocols import SelectionStrategy
 from agile_core.training.arguments import positive_int
 from agile_core.training.generations import GenerationLoop, PhaseResult
-from agile_core.training.options import RunOptions
+from agile_core.training.options import RunOptions, documents_run_options
 from agile_core.training.population import record_losses
 from agile_core.training.profiling import PROFILER
 from agile_llm.rollout import Episode, RolloutHarness
@@ -88,6 +88,7 @@ class _Source:
             torch.manual_seed(int(seed))
 
 
+@documents_run_options
 def train_llm_rollout(
     pop: list[Any],
     max_turns: int,
@@ -129,35 +130,23 @@ def train_llm_rollout(
     """Train a population of rollout agents (GRPO, LLMPPO or LLMREINFORCE) on episodes from
     `env_factory`.
 
+    Step counts are learning steps per member; `evo_steps` is then also the evaluation interval,
+    and `eval_loop` greedy passes are averaged into the fitness (1 is normally enough). A resume on
+    another base model is refused; `seed` seeds torch's generator (rollout sampling) at fixed
+    points; `verbose` also prints completion samples.
+
     Args:
         pop: Agents of one rollout algorithm, normally sharing one base model.
         max_turns: Policy turns per episode at most (overrides the harness's ``max_turns``).
         env_factory: Zero-argument factory of a fresh :class:`RolloutHarness` (one per episode).
-        init_hp: Initial hyperparameters (logged).
-        max_steps: Learning steps per member for the run.
-        save_elite, elite_path: Save the best member after every evaluation (default ``elite``).
-        wb, tensorboard, tensorboard_log_dir, csv, csv_log_dir, wandb_api_key, wandb_kwargs:
-            Logging, as for every agile loop (CSV default ``llm_rollout_metrics.csv``).
-        evo_steps: Learning steps between evolutions; it is then also the evaluation interval.
-        checkpoint_steps, checkpoint_path: Run checkpoints every this many steps per member.
-        selection_strategy, tournament, mutation: Evolution (`tournament` is a deprecated alias).
+        csv, csv_log_dir: Write every metric to a CSV file (default ``llm_rollout_metrics.csv``).
         evaluation_interval: Learning steps between evaluations when `evo_steps` is None.
-        eval_loop: Evaluation passes averaged into the fitness (greedy: 1 is normally enough).
         max_reward: Return counted as solved: the share of evaluation episodes reaching it is
             written with the completion samples (``accuracy``).
-        verbose: Progress bar, per-generation table and completion samples on the console.
         max_wall_seconds: Stop at the end of the generation in which this much wall time passed.
         io_timeout_s: Deadline of every environment call (set on each harness; None: none).
         completion_logging: :class:`CompletionLoggingConfig` (or its fields as a dict).
-        resume_from_checkpoint: Continue the run saved there (refused on another base model).
-        overwrite_checkpoints: Keep only the latest checkpoint.
-        target: Stop once every member's fitness reaches it.
-        seed: Seeds torch's generator (rollout sampling) at fixed points of the run.
-        mut_p: Mutation parameters (logged).
         env_name: Label of the run.
-        accelerator: An ``accelerate.Accelerator`` for data-parallel training over processes
-            (``accelerate launch``): gradients averaged over the processes, decisions and files
-            on the main process (docs/distributed.md).
         eval_episodes: Greedy episodes of each evaluation pass (seeds 0, 1, ... on the test
             split); None: the text environment's ``num_test`` attribute, else 1.
 

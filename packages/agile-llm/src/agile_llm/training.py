@@ -23,7 +23,7 @@ from agile_core.hpo.protocols import SelectionStrategy
 from agile_core.training.arguments import positive_int
 from agile_core.training.checkpointing import resolve_run_checkpoint
 from agile_core.training.generations import GenerationLoop, PhaseResult
-from agile_core.training.options import RunOptions
+from agile_core.training.options import RunOptions, documents_run_options
 from agile_core.training.population import record_losses
 from agile_core.training.profiling import PROFILER
 from agile_llm.algorithm import LoRAFinetuner, check_base
@@ -88,6 +88,7 @@ def check_resume_base(checkpoint: str | Path, pop: list[Any]) -> None:
         check_base(saved.get("extra") or {}, pop[0].base)
 
 
+@documents_run_options
 def train_llm_dataset(
     pop: list[Any],
     env: DatasetEnv | None = None,
@@ -122,42 +123,21 @@ def train_llm_dataset(
 ) -> tuple[list[Any], list[float]]:
     """Train a population of DPO or SFT agents over a :class:`DatasetEnv`.
 
+    Step counts are learning steps per member (`max_steps` default: one epoch); `evo_steps`, which
+    selection and mutation need, is then also the evaluation interval. Checkpoints go to
+    `checkpoint_path`, else `elite_path`, else ``checkpoints``; a resume on another base model is
+    refused. `seed` seeds torch's global generator at the start; mutations are of hyperparameters only.
+
     Args:
         pop: SFT or DPO agents (one algorithm), normally sharing one base model.
         env: The dataset; tokenised here with the population's tokenizer when it is not yet.
         env_fn: Factory of the dataset, called once when `env` is None (the dataset is
             read-only, so every member shares it).
-        init_hp: Initial hyperparameters (logged).
-        save_elite: Save the best member after every evaluation to `elite_path`.
-        elite_path: Where the elite is saved (default ``elite``).
-        wb: Log to Weights & Biases.
-        tensorboard: Log to TensorBoard.
-        tensorboard_log_dir: TensorBoard directory.
         csv: Write every metric to a CSV file.
         csv_log_dir: The CSV file (default ``llm_metrics.csv``).
-        evo_steps: Learning steps per member between evolutions (selection and mutation need
-            it); it is then also the evaluation interval.
-        checkpoint_steps: Save a run checkpoint every this many steps per member (at the end of
-            a generation).
-        checkpoint_path: Checkpoint folder; falls back to `elite_path`, then ``checkpoints``.
-        selection_strategy: Selection after each evaluation (e.g. TournamentSelection).
-        tournament: Deprecated alias of `selection_strategy`.
-        mutation: Mutations after selection (hyperparameters only for LLMs).
-        wandb_api_key: W&B API key.
-        wandb_kwargs: Extra ``wandb.init`` arguments.
         evaluation_interval: Learning steps between evaluations when `evo_steps` is None.
-        verbose: Progress bar and per-generation table.
-        max_steps: Learning steps per member for the run (default: one epoch).
         num_epochs: Epochs of the training split (at the first member's batch size); takes
             precedence over `max_steps`.
-        resume_from_checkpoint: Continue the run saved there (refused on another base model).
-        overwrite_checkpoints: Keep only the latest checkpoint.
-        target: Stop once every member's fitness reaches it.
-        seed: Seeds torch's global generator at the start (member sampling has its own seeds).
-        mut_p: Mutation parameters (logged).
-        accelerator: An ``accelerate.Accelerator`` for data-parallel training over processes
-            (``accelerate launch``): gradients averaged over the processes, decisions and files
-            on the main process (docs/distributed.md).
 
     Returns:
         The population after its last evaluation and each member's fitness from it.

@@ -39,7 +39,7 @@ from agile_core.training import as_vector_env, check_next_step_autoreset
 from agile_core.training.envs import population_vector_env
 from agile_core.training.evolution import evaluate_population
 from agile_core.training.generations import GenerationLoop, PhaseResult
-from agile_core.training.options import RunOptions
+from agile_core.training.options import RunOptions, documents_run_options
 from agile_core.training.population import Groups, evaluate_groups, log_once, record_losses
 from agile_core.training.profiling import PROFILER
 from agile_offline.datasets import TransitionData, check_spaces, load_dataset, load_minari
@@ -114,6 +114,7 @@ def _learn_phase(population: list[Any], memory: ReplayBuffer, steps: int, batche
     return results
 
 
+@documents_run_options
 def train_offline(
     env: gym.Env | VectorEnv,
     env_name: str,
@@ -153,6 +154,9 @@ def train_offline(
 ) -> tuple[list[Any], list[float]]:
     """Train a population of offline agents (CQN) on a fixed dataset with evolutionary HPO.
 
+    Step counts are gradient steps per agent (the last generation may be shorter to end at
+    `max_steps`). A checkpoint does not hold the dataset: resume with the same dataset.
+
     Args:
         env: Gymnasium env or vector env (next-step autoreset) the agents are evaluated in; its
             spaces must fit the dataset.
@@ -163,45 +167,12 @@ def train_offline(
         memory: Replay memory the population samples from (used in place). With `dataset` or
             `minari_dataset_id` the dataset's transitions are added to it first (it must hold
             them); otherwise it must already hold the data.
-        init_hp: Initial hyperparameters (logged).
-        mut_p: Mutation parameters (logged).
-        max_steps: Gradient steps per agent for the whole run.
-        evo_steps: Gradient steps per agent between evolutions (the last generation may be
-            shorter to end at `max_steps`).
-        eval_steps: Cap on the vector steps of an evaluation episode (None: until it ends).
-        eval_loop: Evaluation rounds; each gives one episode per sub-env.
-        target: Stop once every agent's latest fitness is at least this.
-        selection_strategy: Selection applied after each evaluation (None: no selection).
-        tournament: Deprecated alias of `selection_strategy` (DeprecationWarning).
-        mutation: Mutations applied after selection (None: no mutation).
-        checkpoint: Save a run checkpoint every this many steps per agent, at generation ends.
-            The dataset is not saved in it: resume with the same dataset.
-        checkpoint_path: Folder for checkpoints (default ``checkpoints``); Ctrl-C also saves here.
-        overwrite_checkpoints: Keep only the latest checkpoint.
-        save_elite: Save the best agent after every evaluation to `elite_path`.
-        elite_path: Where the elite is saved (default ``elite``).
-        wb: Log to Weights & Biases.
-        tensorboard: Log to TensorBoard.
-        tensorboard_log_dir: TensorBoard directory.
-        verbose: Progress bar and per-generation table.
-        accelerator: An ``accelerate.Accelerator`` for data-parallel training over processes
-            (``accelerate launch``): gradients averaged over the processes, decisions and files
-            on the main process (docs/distributed.md).
         dataset: The data: an HDF5 file path, an open ``h5py.File``, a mapping of arrays
             (``observations``, ``actions``, ``rewards``, ``terminations`` and ``truncations`` or
             ``terminals``, ``next_observations``), or a ``TransitionData``.
         minari_dataset_id: Id of a local Minari dataset to learn from instead.
         remote: Download the Minari dataset: not supported (nothing is downloaded at run time);
             True raises ValueError.
-        wandb_api_key: W&B API key (else ``WANDB_API_KEY``).
-        wandb_kwargs: Extra ``wandb.init`` arguments.
-        resume_from_checkpoint: Continue the run saved in this checkpoint; `pop` is then replaced
-            by the saved population.
-        seed: Reseed the evaluation env at fixed points, so a seeded run is repeatable.
-        csv_path: Also write every metric to this CSV file.
-        batch_population: Agents whose networks stack learn as one stacked computation and are
-            evaluated at once in a widened copy of `env` (when it can be widened); otherwise
-            agent by agent.
 
     Returns:
         The population after its last evaluation and each agent's fitness from that evaluation.

@@ -22,7 +22,7 @@ from agile_core.hpo.mutation import Mutations
 from agile_core.hpo.protocols import SelectionStrategy
 from agile_core.training import LearnCredit
 from agile_core.training.generations import GenerationLoop, PhaseResult
-from agile_core.training.options import RunOptions
+from agile_core.training.options import RunOptions, documents_run_options
 from agile_core.training.profiling import PROFILER
 from agile_marl.population import act_groups
 from agile_marl.training.common import (
@@ -91,6 +91,7 @@ def _phase(population: list[Any], run: PopulationRun, memory: Any, vector_steps:
     return run.finish(population, results, [steps] * members)
 
 
+@documents_run_options
 def train_multi_agent_off_policy(
     env: Any,
     env_name: str,
@@ -129,6 +130,9 @@ def train_multi_agent_off_policy(
 ) -> tuple[list[Any], list[float] | list[dict[str, float]]]:
     """Train a population of multi-agent off-policy agents (MADDPG, MATD3) with evolutionary HPO.
 
+    Step counts are environment steps per member; `evo_steps` is rounded up to whole vector steps,
+    and `max_steps` is checked after each generation, so the last may pass it (docs/step-budgets.md).
+
     Args:
         env: A PettingZoo ``ParallelEnv`` (one sub-env) or an ``agile_marl.envs`` vector env
             (``PettingZooVecEnv``/``AsyncPettingZooVecEnv``); widened to one slice of sub-envs per member.
@@ -141,39 +145,7 @@ def train_multi_agent_off_policy(
         sum_scores: Fitness is the sum of the agents' returns (True, cooperative tasks); when
             False each member's per-agent mean returns are kept too, and returned as dicts.
             Selection always ranks by the sum.
-        init_hp: Initial hyperparameters (logged).
-        mut_p: Mutation parameters (logged).
-        max_steps: Environment steps per member for the whole run; checked after each
-            generation, so the last one may take the run past it (docs/step-budgets.md).
-        evo_steps: Environment steps per member between evolutions, rounded up to whole vector
-            steps (``ceil(evo_steps / num_envs)`` of them per generation).
-        eval_steps: Cap on the vector steps of an evaluation episode (None: until it ends).
-        eval_loop: Evaluation rounds; each gives one episode per sub-env.
         learning_delay: A member learns only once the memory holds this many transitions.
-        target: Stop once every member's latest fitness is at least this.
-        selection_strategy: Selection after each evaluation (None: none).
-        tournament: Deprecated alias of `selection_strategy`.
-        mutation: Mutations applied after selection (None: none).
-        checkpoint: Save a run checkpoint (members, evolution state, counters, the memory and each
-            slot's unspent learn credit) every this many steps per member, at generation ends.
-        checkpoint_path: Folder for checkpoints (default ``checkpoints``); Ctrl-C also saves here.
-        overwrite_checkpoints: Keep only the latest checkpoint.
-        save_elite: Save the best member after every evaluation to `elite_path`.
-        elite_path: Where the elite is saved (default ``elite``).
-        wb: Log to Weights & Biases.
-        tensorboard: Log to TensorBoard.
-        tensorboard_log_dir: TensorBoard directory.
-        verbose: Progress bar and per-generation table.
-        accelerator: An ``accelerate.Accelerator`` for data-parallel training over processes
-            (``accelerate launch``): gradients averaged over the processes, decisions and files
-            on the main process (docs/distributed.md).
-        wandb_api_key: W&B API key (else ``WANDB_API_KEY``).
-        wandb_kwargs: Extra ``wandb.init`` arguments.
-        resume_from_checkpoint: Continue the run saved in this checkpoint (`pop` is replaced).
-        seed: Reseed the env at fixed points, so seeded runs repeat and resumed runs match.
-        csv_path: Also write every metric to this CSV file.
-        batch_population: Members whose networks stack act and learn as one computation (True);
-            False runs each member's steps on its own (same results, slower).
 
     Returns:
         The population after its last evaluation and each member's fitness from it (dicts of

@@ -32,7 +32,7 @@ from agile_core.hpo.protocols import SelectionStrategy
 from agile_core.training.arguments import positive_int
 from agile_core.training.evolution import EvolutionResult
 from agile_core.training.generations import GenerationLoop, PhaseResult
-from agile_core.training.options import RunOptions
+from agile_core.training.options import RunOptions, documents_run_options
 from agile_core.training.profiling import PROFILER
 from agile_offline.bandits.base import DEFAULT_EVAL_STEPS, BanditBatch
 from agile_offline.bandits.memory import BanditMemory
@@ -199,6 +199,7 @@ def _evaluate_population(agents: list[Any], env: Any, steps: int) -> list[float]
     return fitnesses
 
 
+@documents_run_options
 def train_bandits(
     env: Any,
     env_name: str,
@@ -236,6 +237,10 @@ def train_bandits(
 ) -> tuple[list[Any], list[float]]:
     """Train a population of neural bandits (NeuralUCB, NeuralTS) on a :class:`BanditEnv`.
 
+    Step counts are bandit steps per agent. An evaluation answers ``eval_steps * eval_loop`` rows
+    greedily (`eval_steps` default 200); fitness, which `target` compares with, is the mean greedy
+    reward (in [0, 1]). A checkpoint holds the agents with their covariance, memories and RNGs.
+
     Args:
         env: A ``BanditEnv`` (or any env with its API: ``reset(seed)``, ``step(arm or arms)``
             returning ``(contexts, reward, regret, info)``).
@@ -244,37 +249,7 @@ def train_bandits(
         pop: The agents (``NeuralBandit`` subclasses).
         memory: A ``BanditMemory`` whose capacity and width every agent's own memory copies
             (it is not filled itself); None: capacity `max_steps`, the env's context width.
-        init_hp: Initial hyperparameters (logged).
-        mut_p: Mutation parameters (logged).
-        max_steps: Bandit steps per agent for the whole run.
         episode_steps: Bandit steps per logged "episode" (its return: the summed reward).
-        evo_steps: Bandit steps per agent between evolutions.
-        eval_steps: Rows of a greedy evaluation (default 200).
-        eval_loop: Evaluation repeats (the rows are ``eval_steps * eval_loop``).
-        target: Stop once every agent's fitness (mean greedy reward, in [0, 1]) reaches it.
-        selection_strategy: Selection after each evaluation (None: none).
-        tournament: Deprecated alias of `selection_strategy`.
-        mutation: Mutations of the selected agents (None: none).
-        checkpoint: Save the run (agents with their covariance, memories, counters) every this
-            many steps per agent, at generation ends.
-        checkpoint_path: Checkpoint folder (default ``checkpoints``); Ctrl-C also saves here.
-        overwrite_checkpoints: Keep only the latest checkpoint.
-        save_elite: Save the best agent after every evaluation to `elite_path`.
-        elite_path: Where the elite goes (default ``elite``).
-        wb: Log to Weights & Biases.
-        tensorboard: Log to TensorBoard.
-        tensorboard_log_dir: TensorBoard directory.
-        verbose: Progress bar and per-generation table.
-        accelerator: An ``accelerate.Accelerator`` for data-parallel training over processes
-            (``accelerate launch``): gradients averaged over the processes, decisions and files
-            on the main process (docs/distributed.md).
-        wandb_api_key: W&B API key.
-        wandb_kwargs: Extra ``wandb.init`` arguments.
-        resume_from_checkpoint: Continue a saved run (agents, memories, counters, RNGs).
-        seed: Reseed the env at fixed points, so runs repeat and resumes match.
-        csv_path: Also write every metric to this CSV file.
-        batch_population: The population answers the same rows together, acting and learning
-            in stacked groups (True); otherwise agents train one after the other.
 
     Returns:
         The population after its last evaluation and each agent's last fitness.
