@@ -245,7 +245,7 @@ def _arena() -> Any:
         import agile_arena
     except ImportError:
         raise _Missing("this command needs the agile-arena package: install agile-arena "
-                       "(pip install agile-arena)") from None
+                       "(pip install 'agile-cli[arena]' or pip install agile-arena)") from None
     return agile_arena
 
 

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-_INSTALL = ("agile dataset: needs the agile-offline package (install it with `pip install agile-offline`, "
-            "or `uv sync` in the agile workspace)")
+_INSTALL = ("agile dataset: needs the agile-offline package (install it with `pip install 'agile-cli[dataset]'` "
+            "or `pip install agile-offline`, or `uv sync` in the agile workspace)")
 
 
 class _BadInput(Exception):
