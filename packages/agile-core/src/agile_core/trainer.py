@@ -1,10 +1,11 @@
 """`Trainer` and `LocalTrainer`: one manifest in, a trained population out.
 
-The trainer is paradigm-free: it validates the manifest, builds the environment and the
-population from the registered specs, and hands them to the training loop its paradigm
-registered (hook ``run_loop(manifest, env, population, options, device)``), with the options
-every loop shares as a :class:`~agile_core.training.options.RunOptions`; the hook reads its own
-settings (the replay buffer of off-policy algorithms, for example) from the manifest's sections.
+The trainer is paradigm-free: it validates the manifest, asks the algorithm's registered
+:class:`~agile_core.registry.Paradigm` for the environment and (for paradigms whose members are
+not built from spaces) the population, builds the rest from the registered specs, and hands
+everything to the paradigm's ``run_loop`` with the options every loop shares as a
+:class:`~agile_core.training.options.RunOptions`; the loop reads its own settings (the replay
+buffer of off-policy algorithms, for example) from the manifest's sections.
 """
 
 from __future__ import annotations
