@@ -141,11 +141,6 @@ class AlgorithmSpec(Spec):
             value = data.get(located) if located else first.get("input")
             raise ValueError(f"{where}: {first['msg'].lower()} (got {value!r})") from None
 
-    @classmethod
-    def check_values(cls, values: Mapping[str, Any]) -> None:
-        """:meth:`from_arguments` for its check alone."""
-        cls.from_arguments(values)
-
     def hyperparameters(self) -> dict[str, Any]:
         """The hyperparameters as plain values (without `name` and the other `switches`)."""
         return self.model_dump(exclude=set(self.switches))
