@@ -90,10 +90,11 @@ class RunOptions(TrainOptions):
         mutation section as logged values."""
         training = manifest.training
         evolving = bool(selection or mutation)
-        given = {option.name: getattr(train, option.name) for option in TrainOptions.option_fields()}
-        given.update(checkpoint_steps=train.checkpoint_steps or training.checkpoint_steps,
-                     checkpoint_path=train.checkpoint_path or training.checkpoint_path,
-                     overwrite_checkpoints=train.overwrite_checkpoints or training.overwrite_checkpoints)
+        # an option the manifest's `training` section also has (the checkpoint settings): the
+        # section gives the default, the call wins
+        given = {option.name: getattr(train, option.name) or getattr(training, option.name, None)
+                 if option.name in type(training).model_fields else getattr(train, option.name)
+                 for option in TrainOptions.option_fields()}
         return cls(
             **given, max_steps=training.max_steps, evo_steps=manifest.evo_steps, eval_steps=training.eval_steps,
             eval_loop=training.eval_loop, target=training.target_score, selection=selection, mutation=mutation,
