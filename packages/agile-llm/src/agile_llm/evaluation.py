@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 __all__ = ["EvaluationError", "evaluate_agent", "evaluate_checkpoint", "find_run_manifest"]
 
@@ -36,6 +36,16 @@ REDACTED = "***"
 
 class EvaluationError(ValueError):
     """A checkpoint, manifest or dataset that cannot be evaluated (the message says why)."""
+
+
+@runtime_checkable
+class EvaluatesEpisodes(Protocol):
+    """A rollout agent whose greedy evaluation gives its episodes (every ``RolloutLearner``), not
+    only their mean reward (``evaluate_reward``)."""
+
+    def evaluate_episodes(self, env_factory: Any, episodes: int | None = None) -> list[Any]:
+        """`episodes` greedy episodes on the held-out split."""
+        ...
 
 
 # ---------------------------------------------------------------------- entry point
@@ -361,7 +371,7 @@ def _rollout_metrics(agent: Any, factory: Any, episodes: int | None, max_reward:
     """Greedy episodes on the held-out prompts, as the rollout loop's evaluation runs them."""
     import numpy as np
 
-    if not hasattr(agent, "evaluate_episodes"):  # only the mean is available
+    if not isinstance(agent, EvaluatesEpisodes):  # only the mean is available
         mean = float(agent.evaluate_reward(factory, episodes))
         return {"metric": "mean_reward", "fitness": mean, "mean_reward": mean, "std_reward": None,
                 "episodes": episodes, "max_reward": max_reward, "accuracy": None}

@@ -32,6 +32,9 @@ class MultiAgentAgent(MultiAgentAlgorithm):
                  **kwargs: Any) -> None:
         super().__init__(observation_spaces, action_spaces, **kwargs)
         self.agent_groups = agent_groups(self.agent_ids)
+        self.agent_fitness: list[dict[str, float]] = []
+        """Per-agent mean returns of each evaluation with ``sum_scores`` false, the latest last
+        (:meth:`test`, the loops' evaluation); empty otherwise."""
 
     @staticmethod
     def net_name(role: str, key: str) -> str:

@@ -73,7 +73,7 @@ def evaluate_population(population: Sequence[Any], env: Any, *, loop: int = 1, m
         fitness = float(sum(per_agent.values()))
         member.fitness.append(fitness)
         if not sum_scores:
-            member.__dict__.setdefault("agent_fitness", []).append(per_agent)
+            member.agent_fitness.append(per_agent)
         fitnesses.append(fitness)
     return fitnesses
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import VectorEnv
 
+from agile_core.algorithms.base import SingleAgentAlgorithm
 from agile_core.logging.progress import ProgressBar
 from agile_core.training.envs import as_vector_env, check_next_step_autoreset
 from agile_offline.datasets import TransitionData, from_arrays
@@ -29,6 +30,36 @@ ActFn = Callable[[Any, dict[str, Any], np.ndarray], np.ndarray]
 `episode_start` (``[num_envs]`` bool) marks sub-envs whose episode starts with this observation."""
 
 _Transition = tuple[Any, Any, float, Any, bool, bool]
+
+
+@runtime_checkable
+class ActingAgent(Protocol):
+    """An agent recorded through its own acting rule (rather than a plain ``act`` callable)."""
+
+    def get_action(self, obs: Any, *args: Any, **kwargs: Any) -> Any:
+        """Actions for a batch of observations (the greedy one with the arguments :func:`greedy_policy` picks)."""
+        ...
+
+
+@runtime_checkable
+class RecurrentAgent(Protocol):
+    """An agent whose policy may carry a recurrent state (PPO): with `recurrent` true its
+    ``get_action`` takes ``hidden_state`` and returns the new one, zeroed by `mask_hidden`."""
+
+    recurrent: bool
+
+    def mask_hidden(self, hidden: Any, reset: Any) -> Any:
+        """`hidden` with the state of the sub-envs where `reset` is true zeroed."""
+        ...
+
+
+@runtime_checkable
+class ConvertsActions(Protocol):
+    """An agent whose ``get_action`` gives policy outputs that ``to_env_action`` turns into env actions (PPO)."""
+
+    def to_env_action(self, action: Any) -> np.ndarray:
+        """The env action of a policy output."""
+        ...
 
 
 def _row(value: Any, index: int) -> Any:
@@ -47,7 +78,7 @@ def _mask_of(info: dict[str, Any]) -> Any:
     return info.get("action_mask") if isinstance(info, dict) else None
 
 
-def greedy_policy(agent: Any) -> ActFn:
+def greedy_policy(agent: ActingAgent) -> ActFn:
     """The greedy acting rule of a single-agent algorithm, through its own ``get_action``:
     ``deterministic=True`` (PPO), ``training=False`` (DDPG, TD3, Rainbow) or ``epsilon=0`` (DQN),
     whichever it takes; tuple results give their first item, converted by ``to_env_action``
@@ -60,7 +91,8 @@ def greedy_policy(agent: Any) -> ActFn:
         kwargs["training"] = False
     elif "epsilon" in params:
         kwargs["epsilon"] = 0.0
-    recurrent = bool(getattr(agent, "recurrent", False)) and "hidden_state" in params
+    recurrent = (agent if isinstance(agent, RecurrentAgent) and bool(agent.recurrent) and "hidden_state" in params
+                 else None)
     state: dict[str, Any] = {"hidden": None}
 
     def act(obs: Any, info: dict[str, Any], episode_start: np.ndarray) -> np.ndarray:
@@ -68,17 +100,17 @@ def greedy_policy(agent: Any) -> ActFn:
         mask = _mask_of(info)
         if mask is not None and "action_mask" in params:
             call["action_mask"] = mask
-        if recurrent:
+        if recurrent is not None:
             hidden = state["hidden"]
             if hidden is not None and episode_start.any():
-                hidden = agent.mask_hidden(hidden, episode_start)
+                hidden = recurrent.mask_hidden(hidden, episode_start)
             call["hidden_state"] = hidden
         out = agent.get_action(obs, **call)
         if isinstance(out, tuple):
-            if recurrent:
+            if recurrent is not None:
                 state["hidden"] = out[4]
             out = out[0]
-            if hasattr(agent, "to_env_action"):
+            if isinstance(agent, ConvertsActions):
                 out = agent.to_env_action(out)
         if hasattr(out, "detach"):  # a torch tensor
             out = out.detach().cpu().numpy()
@@ -98,10 +130,12 @@ def _same_space(mine: gym.Space, theirs: gym.Space) -> bool:
     return True
 
 
-def _check_agent_spaces(agent: Any, env: VectorEnv) -> None:
-    for what, mine, theirs in (("observation", getattr(agent, "observation_space", None), env.single_observation_space),
-                               ("action", getattr(agent, "action_space", None), env.single_action_space)):
-        if mine is not None and not _same_space(mine, theirs):
+def _check_agent_spaces(agent: ActingAgent, env: VectorEnv) -> None:
+    if not isinstance(agent, SingleAgentAlgorithm):
+        return
+    for what, mine, theirs in (("observation", agent.observation_space, env.single_observation_space),
+                               ("action", agent.action_space, env.single_action_space)):
+        if not _same_space(mine, theirs):
             raise ValueError(f"the agent ({type(agent).__name__}) acts in {what} space {describe_space(mine)}, "
                              f"the environment's is {describe_space(theirs)}")
 
@@ -155,7 +189,7 @@ def record(env: str | gym.Env | VectorEnv, policy: Any = None, *, episodes: int 
     vec, owned = _make_env(env, env_config)
     try:
         check_next_step_autoreset(vec)
-        if policy is None or (callable(policy) and not hasattr(policy, "get_action")):
+        if policy is None or (callable(policy) and not isinstance(policy, ActingAgent)):
             act = policy
         else:
             _check_agent_spaces(policy, vec)

@@ -29,6 +29,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import VectorEnv
 
+from agile_core.algorithms.base import EvolvableAlgorithm
 from agile_core.algorithms.group import make_member_groups
 from agile_core.buffers import ReplayBuffer
 from agile_core.buffers.population import sample_population
@@ -217,7 +218,7 @@ def run_offline(env: gym.Env | VectorEnv, env_name: str, algo: str, pop: list[An
         return _learn_phase(agents, memory, max(steps), batch_population, should_stop)
 
     def evaluate(agents: list[Any]) -> list[float]:
-        groups_act = all(hasattr(agent, "act_population") for agent in agents)
+        groups_act = all(isinstance(agent, EvolvableAlgorithm) for agent in agents)
         if eval_env is not None and groups_act and len(agents) * vec_env.num_envs == eval_env.num_envs:
             return evaluate_groups(agents, eval_env, loop=eval_loop, max_steps=eval_steps, swap_channels=False)
         return evaluate_population(agents, vec_env, max_steps=eval_steps, loop=eval_loop)

@@ -15,6 +15,7 @@ from agile_core.training.episodes import EpisodeTracker
 from agile_core.training.generations import GenerationLoop, PhaseResult
 from agile_core.training.options import RunOptions
 from agile_core.training.population import record_losses
+from agile_marl.base import MultiAgentAgent
 from agile_marl.evaluation import evaluate_population
 from agile_marl.population import Groups, current_groups
 
@@ -93,12 +94,11 @@ def population_env(env: Any, members: int) -> Any:
     return vec if members == 1 else vec.widened(members)
 
 
-def fitness_result(population: Sequence[Any], fitnesses: list[float], sum_scores: bool) -> list[Any]:
+def fitness_result(population: Sequence[MultiAgentAgent], fitnesses: list[float], sum_scores: bool) -> list[Any]:
     """The seeds' return value: fitnesses, or per-agent fitness dicts when `sum_scores` is false."""
     if sum_scores:
         return fitnesses
-    return [dict(agent.agent_fitness[-1]) if getattr(agent, "agent_fitness", None) else {}
-            for agent in population]
+    return [dict(agent.agent_fitness[-1]) if agent.agent_fitness else {} for agent in population]
 
 
 def no_agent_phase(slot: int, agent: Any, vector_steps: int, should_stop: Callable[[], bool]) -> PhaseResult:

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from agile_core.algorithms.protocols import ResetsActionNoise
 from agile_core.hpo.mutation import Mutations
 from agile_core.hpo.protocols import SelectionStrategy
 from agile_core.training import LearnCredit
@@ -40,9 +41,8 @@ __all__ = ["run_multi_agent_off_policy", "train_multi_agent_off_policy"]
 def _reset_noise(population: list[Any], num_envs: int, ended: np.ndarray | None = None) -> None:
     """Restart the exploration noise of every member's sub-envs whose episode ended (all when None)."""
     for slot, agent in enumerate(population):
-        reset = getattr(agent, "reset_action_noise", None)
-        if reset is not None:
-            reset(None if ended is None else ended[slot * num_envs:(slot + 1) * num_envs])
+        if isinstance(agent, ResetsActionNoise):
+            agent.reset_action_noise(None if ended is None else ended[slot * num_envs:(slot + 1) * num_envs])
 
 
 def _learn(population: list[Any], run: PopulationRun, memory: Any, learning_delay: int, learn_credit: LearnCredit,
