@@ -109,3 +109,17 @@ def test_agile_train_runs_the_examples(tmp_path: Path) -> None:
         assert checkpoints
         assert main([*argv, "--run-dir", str(run_dir) + "-resumed", "--resume-from-checkpoint",
                      str(checkpoints[0])]) == 0
+
+
+@pytest.mark.parametrize("loop", ["training:train_llm_dataset", "rollout_training:train_llm_rollout"])
+def test_loop_docstring_documents_every_parameter_once(loop: str) -> None:
+    import importlib
+    import inspect
+    import re
+
+    module, name = loop.split(":")
+    function = getattr(importlib.import_module(f"agile_llm.{module}"), name)
+    entries = re.findall(r"^    (\w+(?:, \w+)*): ", inspect.getdoc(function) or "", flags=re.MULTILINE)
+    documented = [parameter for entry in entries for parameter in entry.split(", ")]
+    assert sorted(documented) == sorted(inspect.signature(function).parameters)
+    assert "Run options" in (function.__doc__ or "")

@@ -5,6 +5,8 @@ heterogeneous env, step counting, per-agent fitness, exact resume from a checkpo
 from __future__ import annotations
 
 import functools
+import inspect
+import re
 from pathlib import Path
 from typing import Any
 
@@ -163,6 +165,14 @@ def test_sum_scores_false_returns_per_agent_dicts(loop: str) -> None:
         assert sum(scores.values()) == pytest.approx(agent.fitness[-1])
     # The same seeded run: the sums are the fitnesses of the summed run.
     assert [sum(s.values()) for s in per_agent] == pytest.approx(summed)
+    assert all(agent.agent_fitness == [] for agent in results[True][0])
+
+
+@pytest.mark.parametrize("loop", [train_multi_agent_off_policy, train_multi_agent_on_policy])
+def test_loop_docstring_documents_every_parameter_once(loop: Any) -> None:
+    documented = re.findall(r"^    (\w+): ", inspect.getdoc(loop) or "", flags=re.MULTILINE)
+    assert sorted(documented) == sorted(inspect.signature(loop).parameters)
+    assert "Run options" in (loop.__doc__ or "")
 
 
 # ------------------------------------------------------------------------------ 3. resume

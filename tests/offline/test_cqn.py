@@ -165,3 +165,16 @@ def test_missing_dataset_file_names_the_field(tmp_path):
 
     with pytest.raises(ManifestError, match=r"environment\.dataset_path"):
         LocalTrainer.from_manifest(_manifest(dataset_path=str(tmp_path / "none.h5"))).train(verbose=False)
+
+
+@pytest.mark.parametrize("loop", ["train_offline", "train_bandits"])
+def test_loop_docstring_documents_every_parameter_once(loop):
+    import inspect
+    import re
+
+    from agile_offline.bandits.training import train_bandits
+
+    function = {"train_offline": train_offline, "train_bandits": train_bandits}[loop]
+    documented = re.findall(r"^    (\w+): ", inspect.getdoc(function) or "", flags=re.MULTILINE)
+    assert sorted(documented) == sorted(inspect.signature(function).parameters)
+    assert "Run options" in (function.__doc__ or "")
