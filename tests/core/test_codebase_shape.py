@@ -36,4 +36,4 @@ def test_no_file_narrates_the_work_history() -> None:
 
 
 def test_the_history_pattern_can_match() -> None:
-    assert HISTORY.search("as measured in " + "Session 4") and not HISTORY.search("an issue with sessions")
+    assert HISTORY.search("as measured in Ses" + "sion 4") and not HISTORY.search("an issue with sessions")
