@@ -81,6 +81,11 @@ class EvolvableAlgorithm(ABC):
     hyperparameter_names: ClassVar[tuple[str, ...]] = ()
     """Hyperparameters stored as attributes (saved in checkpoints, shown in reports): the spec's
     mutable ones when the class sets `spec_class`."""
+    _init_args: dict[str, Any]
+    """The constructor's arguments, as the outermost ``__init__`` received them (for checkpoints)."""
+    supports_per_and_n_step: ClassVar[bool] = False
+    """Whether `learn` takes the batches of prioritized and n-step replay (importance weights,
+    indices to re-prioritize, n-step returns); off-policy loops refuse those memories otherwise."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -116,6 +121,7 @@ class EvolvableAlgorithm(ABC):
         self.learn_counter = 0
         self.lineage = Lineage(id=index)
         self.mut = "None"
+        self.__dict__.setdefault("_init_args", {})  # recorded by the outermost subclass __init__
         self._groups: list[NetworkGroup] = []
         self._optimizers: list[OptimizerSlot] = []
 
@@ -192,8 +198,11 @@ class EvolvableAlgorithm(ABC):
     def population_key(self) -> str:
         """What members of one group must share beyond stackable networks (algorithm, device,
         spaces; algorithms add the settings their learning step reads from the first member)."""
-        spaces_key = (repr(getattr(self, "observation_space", None)), repr(getattr(self, "action_space", None)))
-        return repr((type(self).__qualname__, str(self.device), spaces_key))
+        return repr((type(self).__qualname__, str(self.device), self._spaces_key()))
+
+    def _spaces_key(self) -> tuple[str, str]:
+        """The observation and action spaces in :meth:`population_key` (none here)."""
+        return repr(None), repr(None)
 
     def check_population_support(self, own_learn_allowed: bool = False) -> None:
         """Raise ``NotStackableError`` (with the reason) when this agent cannot learn in a group:
@@ -417,6 +426,8 @@ class SingleAgentAlgorithm(EvolvableAlgorithm):
         spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary, spaces.Dict, spaces.Tuple,
     )
     supported_action_spaces: ClassVar[tuple[type[spaces.Space], ...]] = ()
+    normalize_images: bool = True
+    """Whether uint8 image observations are divided by 255 on their way into the networks."""
 
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, **kwargs: Any) -> None:
         check_space(type(self).__name__, "observation space", observation_space, self.supported_observation_spaces)
@@ -425,12 +436,15 @@ class SingleAgentAlgorithm(EvolvableAlgorithm):
         self.observation_space = observation_space
         self.action_space = action_space
 
+    def _spaces_key(self) -> tuple[str, str]:
+        return repr(self.observation_space), repr(self.action_space)
+
     def population_inputs(self, obs: Any) -> Any:
         """Network inputs ``[P, rows, ...]`` of raw observations laid out ``[P, rows, ...]``."""
         from agile_core.networks.preprocessing import preprocess_population_observation
 
         return preprocess_population_observation(self.observation_space, obs, self.device,
-                                                 bool(getattr(self, "normalize_images", True)))
+                                                 bool(self.normalize_images))
 
 
 class MultiAgentAlgorithm(EvolvableAlgorithm):

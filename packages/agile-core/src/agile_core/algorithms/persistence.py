@@ -90,7 +90,7 @@ def agent_state(agent: EvolvableAlgorithm) -> tuple[dict[str, Any], dict[str, An
     meta = {
         "kind": AGENT_KIND,
         "algorithm": f"{type(agent).__module__}:{type(agent).__qualname__}",
-        "init_args": encode_argument(getattr(agent, "_init_args", {})),
+        "init_args": encode_argument(agent._init_args),
         "network_configs": {name: _architecture(getattr(agent, name)) for name in agent.network_names},
         "hyperparameters": encode_argument(agent.hyperparameters()),
         "hp_config": agent.hp_config.to_dict(),

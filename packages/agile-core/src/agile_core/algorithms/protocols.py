@@ -13,7 +13,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from agile_core.hpo.protocols import EvolvableAgent
+
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import numpy as np
     import torch
 
@@ -24,8 +28,10 @@ __all__ = ["CollectsWholeRollouts", "PopulationMember", "ReportsGenerationMetric
            "SamplesWithOwnRng"]
 
 
-class PopulationMember(Protocol):
-    """What training loops read from (and write to) a member of a population.
+class PopulationMember(EvolvableAgent, Protocol):
+    """What training loops read from (and write to) a member of a population: what selection
+    needs (:class:`~agile_core.hpo.protocols.EvolvableAgent`: ``clone``, ``copy_weights_from``)
+    and what evaluation, reports, checkpoints and the divergence check read.
 
     Attributes:
         index: Unique id within a run (``lineage.id == index``).
@@ -62,6 +68,10 @@ class PopulationMember(Protocol):
 
     def test(self, env: Any, *args: Any, **kwargs: Any) -> float:
         """Greedy evaluation; appends the score to `fitness` and returns it."""
+        ...
+
+    def save_checkpoint(self, path: str | Path) -> Path:
+        """Write the member (architecture, weights, optimizers, state) to `path`."""
         ...
 
 

@@ -63,7 +63,7 @@ def load_agent_bytes(agent: Any, data: bytes) -> None:
     """Make `agent` (the same algorithm) exactly the agent `data` describes, in place."""
     from agile_core.algorithms.persistence import restore_agent
 
-    meta, tensors = read_agent_bytes(data, str(getattr(agent, "device", "cpu")))
+    meta, tensors = read_agent_bytes(data, str(agent.device))
     restore_agent(agent, meta, tensors)
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from agile_core.algorithms.protocols import PopulationMember
 from agile_core.errors import RunWarning
 
 __all__ = ["DivergenceWatch", "TrainingDiverged", "has_finite_weights"]
@@ -33,17 +34,17 @@ def _parameters(network: Any) -> Iterator[torch.Tensor]:
             yield from _parameters(module)
 
 
-def has_finite_weights(agent: Any) -> bool:
+def has_finite_weights(agent: PopulationMember) -> bool:
     """Whether every parameter of the agent's networks is finite (one fused max-abs per network)."""
     for name in agent.network_names:
-        params = [p.detach() for p in _parameters(getattr(agent, name, None))]
+        params = [p.detach() for p in _parameters(getattr(agent, name))]
         if params and not math.isfinite(float(torch.nn.utils.get_total_norm(params, norm_type=math.inf))):
             return False
     return True
 
 
-def _describe(agent: Any) -> str:
-    values: dict[str, Any] = getattr(agent, "hyperparameters", dict)()
+def _describe(agent: PopulationMember) -> str:
+    values = agent.hyperparameters()
     shown = ", ".join(f"{k}={v:g}" for k, v in values.items() if "lr" in k and isinstance(v, int | float))
     return f"member {agent.index}" + (f" ({shown})" if shown else "")
 
@@ -54,7 +55,7 @@ class DivergenceWatch:
     def __init__(self) -> None:
         self._warned: set[int] = set()
 
-    def check(self, population: Sequence[Any], fitnesses: list[float], step: int) -> list[float]:
+    def check(self, population: Sequence[PopulationMember], fitnesses: list[float], step: int) -> list[float]:
         """`fitnesses` with NaN for each diverged member (its last `fitness` entry too); warns once
         per member; TrainingDiverged when none is left with finite weights."""
         diverged = [not has_finite_weights(agent) for agent in population]

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agile_core.algorithms.protocols import PopulationMember
 from agile_core.hpo.mutation import Mutations
 from agile_core.hpo.protocols import SelectionStrategy
 
@@ -30,7 +31,7 @@ def resolve_selection_strategy(selection_strategy: SelectionStrategy | None, tou
     return tournament
 
 
-def evaluate_population(population: Sequence[Any], env: Any, *, swap_channels: bool = False,
+def evaluate_population(population: Sequence[PopulationMember], env: Any, *, swap_channels: bool = False,
                         max_steps: int | None = None, loop: int = 1) -> list[float]:
     """Call every agent's ``test`` (which appends to its ``fitness``); return the scores in order."""
     return [float(agent.test(env, swap_channels=swap_channels, max_steps=max_steps, loop=loop))
@@ -55,13 +56,13 @@ class EvolutionResult:
         parents: Agent index -> parent index, for every new agent created by selection.
     """
 
-    population: list[Any]
+    population: list[PopulationMember]
     elite: Any
     mutations: dict[int, str] = field(default_factory=dict)
     parents: dict[int, int] = field(default_factory=dict)
 
 
-def evolve_population(population: Sequence[Any], selection: SelectionStrategy | None,
+def evolve_population(population: Sequence[PopulationMember], selection: SelectionStrategy | None,
                       mutation: Mutations | None) -> EvolutionResult:
     """Select (when `selection` is given) and mutate (when `mutation` is given).
 

@@ -12,13 +12,14 @@ resuming from a checkpoint, so the paradigm loops only write their phase.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from agile_core.algorithms.protocols import PopulationMember
 from agile_core.algorithms.saved_state import decode_scores, encode_scores, rebuilding
 from agile_core.distributed.data_parallel import DataParallel
 from agile_core.hpo.mutation import Mutations
@@ -126,7 +127,7 @@ def _result_from_json(data: Mapping[str, Any]) -> PhaseResult:
 class GenerationLoop:
     """Drives a population through generations; see the module docstring."""
 
-    population: list[Any]
+    population: list[PopulationMember]
     env: Any
     phase: PhaseFn
     max_steps: int
@@ -158,7 +159,7 @@ class GenerationLoop:
     divergence: DivergenceWatch = field(default_factory=DivergenceWatch)
 
     @classmethod
-    def create(cls, population: list[Any], env: Any, phase: PhaseFn, algo: str, env_name: str, options: RunOptions,
+    def create(cls, population: Sequence[PopulationMember], env: Any, phase: PhaseFn, algo: str, env_name: str, options: RunOptions,
                *, config: Mapping[str, Any], swap_channels: bool = False,
                buffers: Callable[[], Mapping[str, Any]] | None = None, whole_rollouts: bool = False,
                trim_last: bool = False, count_per_member: bool = False) -> GenerationLoop:
@@ -193,7 +194,7 @@ class GenerationLoop:
         """Resume first when asked (handing saved buffers to `load_buffers`), then run to the end."""
         retain_freed_memory()
         if resume_from_checkpoint is not None:
-            saved = self.restore(resume_from_checkpoint, device=str(getattr(self.population[0], "device", "cpu")))
+            saved = self.restore(resume_from_checkpoint, device=str(self.population[0].device))
             if load_buffers is not None:
                 with rebuilding(resume_from_checkpoint, "buffers"):
                     load_buffers(saved)
@@ -257,7 +258,7 @@ class GenerationLoop:
         check_resume_matches(run.agents, self.population)
         with rebuilding(run.path, "loop"):
             state = LoopState.from_dict(run.loop)
-        self.population = run.agents
+        self.population = list[PopulationMember](run.agents)
         self.state = state
         if self.budget.exhausted(self.state.agent_steps):
             raise ResumeMismatchError(
@@ -349,7 +350,7 @@ class GenerationLoop:
             "mutations": evolution.mutations, "parents": evolution.parents})
         if evolution is not None:
             return evolution
-        device = str(getattr(self.population[0], "device", "cpu"))
+        device = str(self.population[0].device)
         population = [agent_from_bytes(data, device=device) for data in payload["agents"]]
         return EvolutionResult(population, elite=None, mutations=payload["mutations"], parents=payload["parents"])
 

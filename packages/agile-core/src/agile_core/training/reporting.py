@@ -13,6 +13,8 @@ from typing import IO, Any
 
 import numpy as np
 
+from agile_core.algorithms.protocols import PopulationMember, ReportsGenerationMetrics
+from agile_core.hpo.lineage import Lineage
 from agile_core.logging import (
     MetricsLogger,
     ProgressBar,
@@ -101,7 +103,7 @@ class TrainingReporter:
                 metrics[key] = float(np.mean(values))
         self.logger.log_scalars(global_steps, metrics)
 
-    def log_generation(self, global_steps: int, generation: int, population: Sequence[Any],
+    def log_generation(self, global_steps: int, generation: int, population: Sequence[PopulationMember],
                        fitnesses: Sequence[float], evolution: EvolutionResult | None = None, *,
                        population_steps: int | None = None) -> None:
         """Fitness, hyperparameters and throughput of an evaluated generation, then its evolution
@@ -124,7 +126,7 @@ class TrainingReporter:
                                 resume_step=self.resume_step)
         if self.verbose:
             rows = [GenerationRow(a.index, f, a.hyperparameters(), a.mut) for a, f in zip(population, fitnesses, strict=True)]
-            mutable = sorted(getattr(population[0], "hp_config", None) or {}) if population else []
+            mutable = sorted(population[0].hp_config) if population else []
             print_generation_table(rows, generation=generation, hyperparameters=mutable)  # only what can change
         if evolution is not None:
             self.log_evolution(global_steps, evolution)
@@ -214,7 +216,7 @@ def _line_step(line: str) -> float:
     return float(step) if isinstance(step, int | float) else math.inf
 
 
-def generation_record(global_steps: int, generation: int, population: Sequence[Any],
+def generation_record(global_steps: int, generation: int, population: Sequence[PopulationMember],
                       fitnesses: Sequence[float]) -> dict[str, Any]:
     """One line of the generation history: the evaluated population, slot by slot.
 
@@ -226,28 +228,27 @@ def generation_record(global_steps: int, generation: int, population: Sequence[A
     """
     agents = []
     for slot, (agent, fitness) in enumerate(zip(population, fitnesses, strict=True)):
-        lineage = getattr(agent, "lineage", None)
-        mutation = str(getattr(agent, "mut", "None"))
+        mutation = str(agent.mut)
         agents.append({
             "slot": slot, "id": int(agent.index),
-            "parent_id": getattr(lineage, "parent_id", None),
+            "parent_id": agent.lineage.parent_id,
             "fitness": _finite(fitness),
             "mutation": mutation,
-            "operator": None if mutation == "None" else _last_operator(lineage),
+            "operator": None if mutation == "None" else _last_operator(agent.lineage),
             "hyperparameters": {k: _finite(v) if isinstance(v, float) else v
                                 for k, v in agent.hyperparameters().items()
                                 if isinstance(v, int | float | str | bool) or v is None},
-            "steps": int(getattr(agent, "steps", 0)),
+            "steps": int(agent.steps),
             **_agent_metrics(agent),
         })
     scored = [(f, a["id"]) for f, a in zip(fitnesses, agents, strict=True) if not math.isnan(f)]
     return {"generation": int(generation), "step": int(global_steps), "time": round(time.time(), 3),
-            "mutable": sorted(getattr(population[0], "hp_config", {}) or {}) if population else [],
+            "mutable": sorted(population[0].hp_config) if population else [],
             "elite_id": max(scored, key=lambda pair: pair[0])[1] if scored else None, "agents": agents}
 
 
-def _last_operator(lineage: Any) -> str | None:
-    for event in reversed(getattr(lineage, "history", None) or []):
+def _last_operator(lineage: Lineage) -> str | None:
+    for event in reversed(lineage.history):
         if event.get("event") == "mutation":
             return str(event.get("operator"))
     return None
@@ -262,10 +263,9 @@ def _numeric(params: Mapping[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in params.items() if isinstance(v, int | float) and not isinstance(v, bool)}
 
 
-def _agent_metrics(agent: Any) -> dict[str, Any]:
+def _agent_metrics(agent: PopulationMember) -> dict[str, Any]:
     """``{"metrics": {...}}`` from an agent's ``generation_metrics()`` (e.g. a bandit's regret),
     finite numbers only; nothing for agents without it."""
-    metrics = getattr(agent, "generation_metrics", None)
-    if metrics is None:
+    if not isinstance(agent, ReportsGenerationMetrics):
         return {}
-    return {"metrics": {str(k): _finite(float(v)) for k, v in dict(metrics()).items()}}
+    return {"metrics": {str(k): _finite(float(v)) for k, v in dict(agent.generation_metrics()).items()}}

@@ -4,7 +4,11 @@ its fields are documented in docs/run-directory.md."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agile_core.algorithms.protocols import PopulationMember
 
 __all__ = ["build_summary"]
 
@@ -16,7 +20,7 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def build_summary(population: list[Any], fitnesses: list[float], target: float | None,
+def build_summary(population: Sequence[PopulationMember], fitnesses: list[float], target: float | None,
                   wall_time: float) -> dict[str, Any]:
     """The run's summary: each agent (fitness, history, hyperparameters, steps), the totals, the
     elite and whether every agent reached `target`. A fitness that is not a finite number (an
@@ -31,7 +35,7 @@ def build_summary(population: list[Any], fitnesses: list[float], target: float |
              "fitness_history": [_finite(float(v)) for v in agent.fitness],
              "hyperparameters": {k: _finite(v) for k, v in agent.hyperparameters().items()
                                  if isinstance(v, int | float | str | bool) or v is None},
-             "steps": int(agent.steps), "learn_steps": int(getattr(agent, "learn_counter", 0))}
+             "steps": int(agent.steps), "learn_steps": int(agent.learn_counter)}
             for agent, fitness in zip(population, fitnesses, strict=True)
         ],
         "total_steps": total_steps,
