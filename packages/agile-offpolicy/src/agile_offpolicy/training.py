@@ -20,13 +20,15 @@ environment steps of ONE agent summed over its sub-envs (a vector step of 8 sub-
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import VectorEnv
 
+from agile_core.algorithms.base import EvolvableAlgorithm
+from agile_core.algorithms.protocols import ResetsActionNoise
 from agile_core.hpo.mutation import Mutations
 from agile_core.hpo.protocols import SelectionStrategy
 from agile_core.training import (
@@ -39,7 +41,7 @@ from agile_core.training import (
 )
 from agile_core.training.envs import population_vector_env
 from agile_core.training.generations import GenerationLoop, PhaseResult
-from agile_core.training.options import RunOptions
+from agile_core.training.options import RunOptions, documents_run_options
 from agile_core.training.population import evaluate_groups, record_losses
 from agile_core.training.profiling import PROFILER
 from agile_offpolicy.buffers import (
@@ -56,7 +58,7 @@ from agile_offpolicy.population import (
 __all__ = ["run_off_policy", "train_off_policy"]
 
 
-def _check_memories(pop: list[Any], memory: Any, n_step_memory: Any, num_envs: int) -> None:
+def _check_memories(pop: Sequence[EvolvableAlgorithm], memory: Any, n_step_memory: Any, num_envs: int) -> None:
     """Refuse combinations that would train silently wrong."""
     if n_step_memory is not None:
         if not isinstance(n_step_memory, MultiStepReplayBuffer):
@@ -72,7 +74,7 @@ def _check_memories(pop: list[Any], memory: Any, n_step_memory: Any, num_envs: i
             raise ValueError(f"the n-step buffer has {buffer.num_envs} windows for {num_envs} sub-environments")
     extended = n_step_memory is not None or isinstance(memory, PrioritizedReplayBuffer | MultiStepReplayBuffer)
     if extended:
-        unable = sorted({type(agent).__name__ for agent in pop if not getattr(agent, "supports_per_and_n_step", False)})
+        unable = sorted({type(agent).__name__ for agent in pop if not agent.supports_per_and_n_step})
         if unable:
             raise ValueError(f"prioritized / n-step replay needs agents that learn from them (RainbowDQN); "
                              f"{', '.join(unable)} cannot")
@@ -91,7 +93,7 @@ def _collect_and_learn(agent: Any, env: VectorEnv, memories: ReplayMemories, vec
     num_envs = env.num_envs
     result = PhaseResult(vector_steps=0)
     tracker = EpisodeTracker(num_envs)
-    reset_noise = getattr(agent, "reset_action_noise", None)  # exploration processes (DDPG, TD3)
+    reset_noise = agent.reset_action_noise if isinstance(agent, ResetsActionNoise) else None  # DDPG, TD3
     with PROFILER.env:
         obs, info = env.reset()
     memories.start_episodes(num_envs)
@@ -129,6 +131,7 @@ def _collect_and_learn(agent: Any, env: VectorEnv, memories: ReplayMemories, vec
     return result
 
 
+@documents_run_options
 def train_off_policy(
     env: gym.Env | VectorEnv,
     env_name: str,
@@ -170,6 +173,19 @@ def train_off_policy(
 ) -> tuple[list[Any], list[float]]:
     """Train a population of off-policy agents (DQN, RainbowDQN, DDPG, TD3) with evolutionary HPO.
 
+    Step counts are environment steps per agent (summed over its sub-envs); `evo_steps` is rounded
+    up to whole vector steps, and `max_steps` is checked after each generation, so the last may
+    pass it (docs/step-budgets.md). A checkpoint also saves the replay memories (n-step windows
+    and priorities included); on resuming, unspent learn credit (less than one ``learn_step``)
+    restarts at 0. With `batch_population`, the population trains at once when it can (agents
+    with a population-shaped learning step, a ``ReplayBuffer``, ``PrioritizedReplayBuffer`` or
+    ``MultiStepReplayBuffer`` memory, with or without an n-step companion, and an env that can be
+    widened: Gymnasium native vector envs and ``SyncVectorEnv``s of fresh-env factories): one
+    vector env with ``len(pop) * num_envs`` sub-envs (agent ``i`` owns the i-th slice), agents
+    sharing an architecture acting and learning as one stacked computation, each with its own
+    hyperparameters and exploration (see :mod:`agile_offpolicy.population`); otherwise agents
+    train one after the other in `env`.
+
     Args:
         env: Gymnasium env or vector env (next-step autoreset); a plain env runs as one sub-env.
         env_name: Environment name (logged).
@@ -184,64 +200,19 @@ def train_off_policy(
             A ``PrioritizedReplayBuffer`` samples with the agent's ``beta`` annealed linearly to 1
             over `max_steps` (of that agent) and takes the new priorities each learn step
             returns; a ``MultiStepReplayBuffer`` alone gives n-step batches. Both need agents
-            that learn from them (``supports_per_and_n_step``: RainbowDQN).
-        init_hp: Initial hyperparameters (logged). ``init_hp["CHANNELS_LAST"]`` (bool) moves
-            the channel axis of image observations first before the agent sees them; the memory
-            then stores channels-first observations.
-        mut_p: Mutation parameters (logged).
-        max_steps: Environment steps per agent for the whole run; checked after each generation,
-            so the last one may take the run past it (docs/step-budgets.md).
-        evo_steps: Environment steps per agent between evolutions, rounded up to whole vector
-            steps (``ceil(evo_steps / num_envs)`` of them in every generation).
-        eval_steps: Cap on the vector steps of an evaluation episode (None: until it ends).
-        eval_loop: Evaluation rounds; each gives one episode per sub-env.
+            that learn from them (``supports_per_and_n_step``: RainbowDQN). With
+            ``init_hp["CHANNELS_LAST"]`` it stores channels-first observations.
         learning_delay: An agent learns only once its memory holds this many transitions
             (and at least ``batch_size``).
         eps_start: Initial exploration rate.
         eps_end: Final exploration rate.
         eps_decay: Multiplicative epsilon decay per vector step of an agent; epsilon is a
             function of the agent's own ``steps``, so a clone continues its parent's schedule.
-        target: Stop once every agent's latest fitness is at least this.
         n_step_memory: A ``MultiStepReplayBuffer`` used alongside a 1-step `memory` (usually
             prioritized), same ``max_size``, both empty (or restored together): each step goes
             into it, the 1-step transitions it returns go into `memory`, so both share storage
             indices; every batch of `memory` is paired with the n-step transitions at the same
             indices (``agent.learn(batch, n_experiences=...)``).
-        selection_strategy: Selection applied after each evaluation (None: no selection).
-        tournament: Deprecated alias of `selection_strategy` (DeprecationWarning).
-        mutation: Mutations applied to the agents selection marks, or to every agent when
-            there is no selection (None: no mutation).
-        checkpoint: Save a run checkpoint (agents, evolution state, counters and the replay
-            memories, n-step windows and priorities included) every this many steps per agent,
-            at generation ends.
-        checkpoint_path: Folder for checkpoints (default ``checkpoints``); Ctrl-C also saves here.
-        overwrite_checkpoints: Keep only the latest checkpoint.
-        save_elite: Save the best agent after every evaluation to `elite_path`.
-        elite_path: Where the elite is saved (default ``elite``).
-        wb: Log to Weights & Biases.
-        tensorboard: Log to TensorBoard.
-        tensorboard_log_dir: TensorBoard directory.
-        verbose: Progress bar and per-generation table.
-        accelerator: An ``accelerate.Accelerator`` for data-parallel training over processes
-            (``accelerate launch``): gradients averaged over the processes, decisions and files
-            on the main process (docs/distributed.md).
-        wandb_api_key: W&B API key (else ``WANDB_API_KEY``).
-        wandb_kwargs: Extra ``wandb.init`` arguments.
-        resume_from_checkpoint: Continue the run saved in this checkpoint (agents, counters,
-            selection and mutation state, the replay memory when saved); `pop` is then replaced by
-            the saved population. Unspent learn credit (less than one ``learn_step``) restarts at 0.
-        seed: Reseed the environment at fixed points (each phase and evaluation), so a seeded
-            run is repeatable and a resumed run matches an uninterrupted one.
-        csv_path: Also write every metric to this CSV file (``step,name,value,wall_time`` rows).
-        batch_population: Train the population at once when it can (agents with a
-            population-shaped learning step, a ``ReplayBuffer``, ``PrioritizedReplayBuffer`` or
-            ``MultiStepReplayBuffer`` memory, with or without an n-step companion, and an env
-            that can be widened: Gymnasium native vector envs and ``SyncVectorEnv``s of
-            fresh-env factories): one vector env with ``len(pop) * num_envs`` sub-envs (agent
-            ``i`` owns the i-th slice), and agents sharing an architecture act and learn as one
-            stacked computation, each with its own hyperparameters and exploration (see
-            :mod:`agile_offpolicy.population`). Otherwise, or when False, agents train one after
-            the other in `env`.
 
     Returns:
         The population after its last evaluation and each agent's fitness from that evaluation

@@ -22,7 +22,7 @@ from agile_core.hpo.protocols import SelectionStrategy
 from agile_core.training import as_vector_env, check_next_step_autoreset
 from agile_core.training.envs import population_vector_env
 from agile_core.training.generations import GenerationLoop, PhaseResult
-from agile_core.training.options import RunOptions
+from agile_core.training.options import RunOptions, documents_run_options
 from agile_core.training.profiling import PROFILER
 from agile_onpolicy.collect import collect_rollouts
 from agile_onpolicy.population import can_batch, collect_and_learn_population, evaluate_batched
@@ -90,6 +90,7 @@ def make_phase(manifest: Any, env: gym.Env | VectorEnv, device: str = "cpu") -> 
     return OnPolicyPhase(env, swap_channels=swap_channels)
 
 
+@documents_run_options
 def train_on_policy(
     env: gym.Env | VectorEnv,
     env_name: str,
@@ -126,54 +127,25 @@ def train_on_policy(
 ) -> tuple[list[Any], list[float]]:
     """Train a population of on-policy agents (PPO) with evolutionary HPO.
 
+    Step counts are environment steps per agent; each agent collects
+    ``ceil(evo_steps / learn_step)`` whole rollouts per generation (at least one), and `max_steps`
+    is checked after each generation, so the last may pass it (docs/step-budgets.md). With
+    `batch_population`, the population trains at once when it can (plain feed-forward PPO agents
+    with Discrete, MultiDiscrete or MultiBinary actions, no `collect_rollouts_fn`, and an env that
+    can be widened: Gymnasium native vector envs and ``SyncVectorEnv``s of fresh-env factories):
+    one vector env with ``len(pop) * num_envs`` sub-envs (agent ``i`` owns the i-th slice), agents
+    sharing an architecture acting and learning as one stacked computation, each with its own
+    rollout length and hyperparameters (see :mod:`agile_onpolicy.population`); otherwise agents
+    train one after the other in `env`.
+
     Args:
         env: Gymnasium env or vector env (next-step autoreset); a plain env runs as one sub-env.
         env_name: Environment name (logged).
         algo: Algorithm name (logged).
         pop: The agents (PPO).
-        init_hp: Initial hyperparameters (logged); ``init_hp["CHANNELS_LAST"]`` moves image
-            channels first.
-        mut_p: Mutation parameters (logged).
-        max_steps: Environment steps per agent for the whole run; checked after each generation,
-            so the last one may take the run past it (docs/step-budgets.md).
-        evo_steps: Environment steps per agent between evolutions: each agent collects
-            ``ceil(evo_steps / learn_step)`` whole rollouts per generation (at least one).
-        eval_steps: Cap on the vector steps of an evaluation episode (None: until it ends).
-        eval_loop: Evaluation rounds; each gives one episode per sub-env.
-        target: Stop once every agent's latest fitness is at least this.
-        selection_strategy: Selection applied after each evaluation (None: no selection).
-        tournament: Deprecated alias of `selection_strategy` (DeprecationWarning).
-        mutation: Mutations applied to the agents selection marks (None: no mutation).
-        checkpoint: Save a run checkpoint every this many steps per agent (at generation ends).
-        checkpoint_path: Folder for checkpoints (default ``checkpoints``).
-        overwrite_checkpoints: Keep only the latest checkpoint.
-        save_elite: Save the best agent after every evaluation to `elite_path`.
-        elite_path: Where the elite is saved (default ``elite``).
-        wb: Log to Weights & Biases.
-        tensorboard: Log to TensorBoard.
-        tensorboard_log_dir: TensorBoard directory.
-        verbose: Progress bar and per-generation table.
-        accelerator: An ``accelerate.Accelerator`` for data-parallel training over processes
-            (``accelerate launch``): gradients averaged over the processes, decisions and files
-            on the main process (docs/distributed.md).
-        wandb_api_key: W&B API key (else ``WANDB_API_KEY``).
-        wandb_kwargs: Extra ``wandb.init`` arguments.
         collect_rollouts_fn: Replaces :func:`agile_onpolicy.collect.collect_rollouts`; it is
             called as ``fn(agent, env, buffer, state=state, swap_channels=...)`` and must return
             the collection state to pass to the next call (see that function's contract).
-        resume_from_checkpoint: Continue the run saved in this checkpoint (agents, counters,
-            selection and mutation state); `pop` is then replaced by the saved population.
-        seed: Reseed the environment at fixed points (each phase and evaluation), so a seeded
-            run is repeatable and a resumed run matches an uninterrupted one.
-        csv_path: Also write every metric to this CSV file (``step,name,value,wall_time`` rows).
-        batch_population: Train the population at once when it can (plain feed-forward PPO agents
-            with Discrete, MultiDiscrete or MultiBinary actions, no `collect_rollouts_fn`, and an
-            env that can be widened: Gymnasium native vector envs and ``SyncVectorEnv``s of
-            fresh-env factories): one vector env with ``len(pop) * num_envs`` sub-envs (agent
-            ``i`` owns the i-th slice), and agents sharing an architecture act and learn as one
-            stacked computation, each with its own rollout length and hyperparameters (see
-            :mod:`agile_onpolicy.population`). Otherwise, or when False, agents train one after
-            the other in `env`.
 
     Returns:
         The population after its last evaluation and each agent's fitness from that evaluation.
