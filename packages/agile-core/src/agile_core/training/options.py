@@ -92,7 +92,7 @@ class RunOptions(TrainOptions):
         evolving = bool(selection or mutation)
         # an option the manifest's `training` section also has (the checkpoint settings): the
         # section gives the default, the call wins
-        given = {option.name: getattr(train, option.name) or getattr(training, option.name, None)
+        given: dict[str, Any] = {option.name: getattr(train, option.name) or getattr(training, option.name, None)
                  if option.name in type(training).model_fields else getattr(train, option.name)
                  for option in TrainOptions.option_fields()}
         return cls(
