@@ -29,7 +29,7 @@ from agile_core.algorithms.group import (
     make_member_groups,
     member_rows,
 )
-from agile_core.algorithms.protocols import ResetsActionNoise, SamplesWithOwnRng
+from agile_core.algorithms.protocols import ResetsActionNoise, has_capability
 from agile_core.buffers.population import draw_member_indices
 from agile_core.networks.stacked import NotStackableError
 from agile_core.training import EpsilonSchedule, LearnCredit, swap_image_channels
@@ -169,7 +169,7 @@ class ReplayMemories:
         """`agent`'s next batch, ``memory.sample`` with the agent's ``rng`` (the memory's when it has
         none) and :meth:`beta` (as the memory gives it: 1-step, prioritized or n-step), and the
         n-step transitions at its indices (None without an n-step companion)."""
-        rng = agent.rng if isinstance(agent, SamplesWithOwnRng) else None
+        rng = agent.rng
         beta = self.beta(agent)
         batch = self.memory.sample(agent.batch_size, rng) if beta is None else \
             self.memory.sample(agent.batch_size, beta=beta, rng=rng)
@@ -249,7 +249,7 @@ def _reset_noise(population: Sequence[Any], num_envs: int, ended: np.ndarray | N
     """Restart the exploration noise of agents that have a process (DDPG, TD3) as the one-agent
     loop does: all of it at a phase start (`ended` None), else for each agent's ended sub-envs."""
     for slot, agent in enumerate(population):
-        if isinstance(agent, ResetsActionNoise):
+        if has_capability(agent, ResetsActionNoise):
             agent.reset_action_noise(None if ended is None else ended[slot * num_envs:(slot + 1) * num_envs])
 
 
@@ -267,7 +267,7 @@ def collect_and_learn_population(population: list[Any], env: VectorEnv, memory: 
     memories.start_episodes(agents * num_envs)
     results = [PhaseResult(vector_steps=0) for _ in population]
     groups = make_groups(population)
-    noisy = any(isinstance(agent, ResetsActionNoise) for agent in population)
+    noisy = any(has_capability(agent, ResetsActionNoise) for agent in population)
     if noisy:
         _reset_noise(population, num_envs)
     steps = 0

@@ -28,7 +28,7 @@ import numpy as np
 from gymnasium.vector import VectorEnv
 
 from agile_core.algorithms.base import EvolvableAlgorithm
-from agile_core.algorithms.protocols import ResetsActionNoise
+from agile_core.algorithms.protocols import ResetsActionNoise, has_capability
 from agile_core.hpo.mutation import Mutations
 from agile_core.hpo.protocols import SelectionStrategy
 from agile_core.training import (
@@ -93,7 +93,7 @@ def _collect_and_learn(agent: Any, env: VectorEnv, memories: ReplayMemories, vec
     num_envs = env.num_envs
     result = PhaseResult(vector_steps=0)
     tracker = EpisodeTracker(num_envs)
-    reset_noise = agent.reset_action_noise if isinstance(agent, ResetsActionNoise) else None  # DDPG, TD3
+    reset_noise = agent.reset_action_noise if has_capability(agent, ResetsActionNoise) else None  # DDPG, TD3
     with PROFILER.env:
         obs, info = env.reset()
     memories.start_episodes(num_envs)

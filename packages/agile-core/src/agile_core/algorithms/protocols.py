@@ -3,7 +3,8 @@
 :class:`PopulationMember` is what every loop, reporter and evolution step reads from a member of
 a population (every :class:`~agile_core.algorithms.base.EvolvableAlgorithm` satisfies it). The
 ``@runtime_checkable`` protocols below it are optional capabilities: a loop asks
-``isinstance(agent, Capability)`` instead of probing attributes by name. A boolean switch that an
+:func:`has_capability` (``isinstance`` against the agent's class, cached: a protocol check costs
+microseconds and loops ask at every step) instead of probing attributes by name. A boolean switch that an
 algorithm turns on (e.g. off-policy ``supports_per_and_n_step``) is not a protocol but a
 ``ClassVar`` with its default on the base class that owns the concept, read as a plain attribute.
 """
@@ -11,21 +12,22 @@ algorithm turns on (e.g. off-policy ``supports_per_and_n_step``) is not a protoc
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard, TypeVar, runtime_checkable
 
 from agile_core.hpo.protocols import EvolvableAgent
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    import numpy as np
     import torch
 
     from agile_core.hpo.hyperparameters import HyperparameterConfig
     from agile_core.hpo.lineage import Lineage
 
 __all__ = ["CollectsWholeRollouts", "PopulationMember", "ReportsGenerationMetrics", "ResetsActionNoise",
-           "SamplesWithOwnRng"]
+           "has_capability"]
+
+C = TypeVar("C")
 
 
 class PopulationMember(EvolvableAgent, Protocol):
@@ -105,8 +107,15 @@ class ReportsGenerationMetrics(Protocol):
         ...
 
 
-@runtime_checkable
-class SamplesWithOwnRng(Protocol):
-    """A member that draws its replay batches with its own generator rather than the buffer's."""
+_CAPABLE_CLASSES: dict[tuple[type, type], bool] = {}
+"""(agent class, capability) -> whether the class has the capability's methods."""
 
-    rng: np.random.Generator
+
+def has_capability(agent: object, capability: type[C]) -> TypeGuard[C]:
+    """Whether `agent`'s class has the methods of the runtime-checkable `capability` protocol
+    (decided once per class)."""
+    key = (type(agent), capability)
+    found = _CAPABLE_CLASSES.get(key)
+    if found is None:
+        found = _CAPABLE_CLASSES[key] = issubclass(type(agent), capability)
+    return found

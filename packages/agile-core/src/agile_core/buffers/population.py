@@ -9,7 +9,6 @@ import numpy as np
 import torch
 
 from agile_core.algorithms.group import PopulationBatch
-from agile_core.algorithms.protocols import SamplesWithOwnRng
 from agile_core.buffers.ring import RingBuffer
 from agile_core.training.population import pad_index_batches
 
@@ -19,7 +18,7 @@ __all__ = ["draw_member_indices", "sample_population"]
 def draw_member_indices(buffer: RingBuffer, members: Sequence[Any], active: Sequence[bool]) -> list[np.ndarray]:
     """Each active member's ``batch_size`` storage indices, drawn with its own ``rng`` (the
     buffer's when it has none) exactly as ``buffer.sample`` would; empty for idle members."""
-    return [buffer.sample_indices(member.batch_size, member.rng if isinstance(member, SamplesWithOwnRng) else None) if on
+    return [buffer.sample_indices(member.batch_size, member.rng) if on
             else np.zeros(0, dtype=np.int64) for member, on in zip(members, active, strict=True)]
 
 

@@ -176,7 +176,7 @@ def _actor_class(ray: Any, options: RayOptions) -> Any:
 def _generation_loop(manifest: TrainingManifest, env: Any, population: list[Any], phase: Any, options: RunOptions,
                      *, workers: int) -> GenerationLoop:
     """The driver's loop, with the options a local run gives its paradigm loop."""
-    from agile_core.algorithms.protocols import CollectsWholeRollouts
+    from agile_core.algorithms.protocols import CollectsWholeRollouts, has_capability
     from agile_core.training.envs import as_vector_env
     from agile_core.training.generations import GenerationLoop
 
@@ -185,7 +185,7 @@ def _generation_loop(manifest: TrainingManifest, env: Any, population: list[Any]
               "population_size": len(population), "num_envs": int(vec_env.num_envs), **options.logged(),
               "backend": "ray", "ray_workers": workers}
     # On-policy agents (those with rollouts) take whole rollouts per generation, as their local loop.
-    whole_rollouts = all(isinstance(agent, CollectsWholeRollouts) for agent in population)
+    whole_rollouts = all(has_capability(agent, CollectsWholeRollouts) for agent in population)
     return GenerationLoop.create(population, vec_env, phase, manifest.algorithm.name, manifest.environment.name,
                                  options, config=config, swap_channels=options.swap_channels,
                                  whole_rollouts=whole_rollouts)

@@ -13,7 +13,11 @@ from typing import IO, Any
 
 import numpy as np
 
-from agile_core.algorithms.protocols import PopulationMember, ReportsGenerationMetrics
+from agile_core.algorithms.protocols import (
+    PopulationMember,
+    ReportsGenerationMetrics,
+    has_capability,
+)
 from agile_core.hpo.lineage import Lineage
 from agile_core.logging import (
     MetricsLogger,
@@ -266,6 +270,6 @@ def _numeric(params: Mapping[str, Any]) -> dict[str, float]:
 def _agent_metrics(agent: PopulationMember) -> dict[str, Any]:
     """``{"metrics": {...}}`` from an agent's ``generation_metrics()`` (e.g. a bandit's regret),
     finite numbers only; nothing for agents without it."""
-    if not isinstance(agent, ReportsGenerationMetrics):
+    if not has_capability(agent, ReportsGenerationMetrics):
         return {}
     return {"metrics": {str(k): _finite(float(v)) for k, v in dict(agent.generation_metrics()).items()}}

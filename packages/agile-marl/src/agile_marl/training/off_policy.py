@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from agile_core.algorithms.protocols import ResetsActionNoise
+from agile_core.algorithms.protocols import ResetsActionNoise, has_capability
 from agile_core.hpo.mutation import Mutations
 from agile_core.hpo.protocols import SelectionStrategy
 from agile_core.training import LearnCredit
@@ -41,7 +41,7 @@ __all__ = ["run_multi_agent_off_policy", "train_multi_agent_off_policy"]
 def _reset_noise(population: list[Any], num_envs: int, ended: np.ndarray | None = None) -> None:
     """Restart the exploration noise of every member's sub-envs whose episode ended (all when None)."""
     for slot, agent in enumerate(population):
-        if isinstance(agent, ResetsActionNoise):
+        if has_capability(agent, ResetsActionNoise):
             agent.reset_action_noise(None if ended is None else ended[slot * num_envs:(slot + 1) * num_envs])
 
 
