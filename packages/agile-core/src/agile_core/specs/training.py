@@ -138,9 +138,10 @@ class TrainingSpec(Spec):
     """Seed for environments, networks and sampling; runs with the same seed repeat (agile addition)."""
     batch_population: bool = True
     """Step the whole population in one vector env and run agents that share an architecture as
-    one stacked network computation (DQN, DDPG, TD3 and PPO with discrete actions; other
-    algorithms run agent by agent). Each agent keeps its own hyperparameters exactly; set false
-    to train agent by agent (agile addition)."""
+    one stacked network computation (every algorithm with a population-shaped learning step: the
+    off-policy, on-policy, offline, bandit and multi-agent ones; LLM members train one by one).
+    Each agent keeps its own hyperparameters exactly; set false to train agent by agent (agile
+    addition)."""
 
     @model_validator(mode="after")
     def _check_schedule(self) -> TrainingSpec:
