@@ -39,6 +39,7 @@ from agile_core.algorithms.ppo_losses import (
     LOSS_NAMES,
     ppo_minibatch_losses,
     prepare_action_mask,
+    step_minibatch,
     to_env_action,
 )
 from agile_core.hpo.hyperparameters import HyperparameterConfig
@@ -389,19 +390,7 @@ class IPPO(MultiAgentAgent):
                 break
             minibatch = rows.minibatch([np.zeros(0, np.int64) if pick is None else pick for pick in picks])
             losses, stats = cls._losses(group, key, minibatch)
-            stepping = list(running)
-            if any(target is not None for target in targets):
-                kls = stats[:, LOSS_NAMES.index("approx_kl")].tolist()
-                for slot, target in enumerate(targets):
-                    if running[slot] and target is not None and kls[slot] > target:
-                        running[slot] = stepping[slot] = False
-                        stopped[slot] = True
-            if not any(stepping):
-                continue
-            mask = group.flags(stepping)
-            group.step(optimizer, losses * mask.squeeze(1), stepping, group.column("max_grad_norm").squeeze(1))
-            totals += stats.detach() * mask
-            steps += np.asarray(stepping)
+            step_minibatch(group, optimizer, losses, stats, running, stopped, targets, totals, steps)
         sums = totals.cpu().tolist()
         results = []
         for slot in range(size):

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from agile_core.algorithms.group import MemberGroup
-from agile_core.algorithms.ppo_losses import LOSS_NAMES, ppo_minibatch_losses
+from agile_core.algorithms.ppo_losses import LOSS_NAMES, ppo_minibatch_losses, step_minibatch
 from agile_onpolicy.ppo_acting import group_heads, latent_heads, policy_of
 from agile_onpolicy.ppo_hidden import HiddenStates, lstm_encoders, member_axis, recurrent_networks
 from agile_onpolicy.ppo_minibatch import Batch, MemberRows, PPOMinibatch, sequence_minibatch
@@ -57,19 +57,7 @@ def learn_members(group: MemberGroup, batch: Sequence[RolloutBuffer | None],
         else:
             minibatch = rows.minibatch([np.zeros(0, np.int64) if pick is None else pick for pick in picks])
         losses, stats = minibatch_losses(group, minibatch)
-        stepping = list(running)
-        if any(target is not None for target in targets):
-            kls = stats[:, LOSS_NAMES.index("approx_kl")].tolist()
-            for slot, target in enumerate(targets):
-                if running[slot] and target is not None and kls[slot] > target:
-                    running[slot] = stepping[slot] = False
-                    stopped[slot] = True
-        if not any(stepping):
-            continue
-        mask = group.flags(stepping)
-        group.step("optimizer", losses * mask.squeeze(1), stepping, group.column("max_grad_norm").squeeze(1))
-        totals += stats.detach() * mask
-        steps += np.asarray(stepping)
+        step_minibatch(group, "optimizer", losses, stats, running, stopped, targets, totals, steps)
     sums = totals.cpu().tolist()
     results: list[dict[str, float] | None] = []
     for slot, (member, rollout) in enumerate(zip(members, rollouts, strict=True)):

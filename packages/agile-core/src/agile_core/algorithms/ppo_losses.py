@@ -8,6 +8,7 @@ a masked row sum over the member's own row count, so padding and idle members we
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -19,7 +20,8 @@ from agile_core.networks.distributions import ActionDistribution
 if TYPE_CHECKING:
     from agile_core.algorithms.group import MemberGroup
 
-__all__ = ["LOSS_NAMES", "PPOMinibatchLike", "ppo_minibatch_losses", "prepare_action_mask", "to_env_action"]
+__all__ = ["LOSS_NAMES", "PPOMinibatchLike", "ppo_minibatch_losses", "prepare_action_mask", "step_minibatch",
+           "to_env_action"]
 
 LOSS_NAMES: tuple[str, ...] = (
     "loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction",
@@ -84,6 +86,28 @@ def ppo_minibatch_losses(group: MemberGroup, dist: ActionDistribution, value: to
         kl_and_clipped = torch.stack([change - log_ratio, (change.abs() > clip_coef).to(ratio)], dim=-1)
         kl_and_clipped = (kl_and_clipped * mask.unsqueeze(-1)).sum(dim=1) / counts
     return loss, torch.cat([loss.unsqueeze(1), terms, kl_and_clipped], dim=1)
+
+
+def step_minibatch(group: MemberGroup, optimizer: str, losses: torch.Tensor, stats: torch.Tensor,
+                   running: list[bool], stopped: list[bool], targets: Sequence[float | None],
+                   totals: torch.Tensor, steps: np.ndarray) -> None:
+    """One minibatch update of a PPO-style epoch loop (PPO, IPPO) for a group: a running member
+    whose approximate KL exceeds its ``target_kl`` stops for the rest of the update (its
+    `running` false, `stopped` true) and takes no step; the others step `optimizer` with their own
+    ``max_grad_norm``, and their stats add to `totals` and one step to `steps` (in place)."""
+    stepping = list(running)
+    if any(target is not None for target in targets):
+        kls = stats[:, LOSS_NAMES.index("approx_kl")].tolist()
+        for slot, target in enumerate(targets):
+            if running[slot] and target is not None and kls[slot] > target:
+                running[slot] = stepping[slot] = False
+                stopped[slot] = True
+    if not any(stepping):
+        return
+    mask = group.flags(stepping)
+    group.step(optimizer, losses * mask.squeeze(1), stepping, group.column("max_grad_norm").squeeze(1))
+    totals += stats.detach() * mask
+    steps += np.asarray(stepping)
 
 
 def prepare_action_mask(space: spaces.Space, action_mask: Any, device: torch.device | str) -> torch.Tensor | None:
