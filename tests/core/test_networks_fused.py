@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 
 import numpy as np
 import pytest
@@ -27,32 +26,31 @@ def members(activation: str, layer_norm: bool, count: int = 3) -> list[Evolvable
     return nets
 
 
-def autograd_and_fused(nets: list[EvolvableMLP], x: torch.Tensor, rows: int | None, train: bool = True) -> tuple:
+def autograd_and_fused(nets: list[EvolvableMLP], x: torch.Tensor, train: bool = True) -> tuple:
     """``(reference, fused, chain, out, fused_out)``: the stacked `nets` differentiated by autograd
-    on the first `rows` rows of `x` and, on a second stack, by a fused chain with the same output
-    gradient (gradients in one flat buffer, as under StackedAdam)."""
+    on `x` and, on a second stack, by a fused chain with the same output gradient (gradients in
+    one flat buffer, as under StackedAdam)."""
     reference, fused = stack_modules(nets), stack_modules(nets)
     FlatParameters(fused)
     reference.train(train)
     fused.train(train)
-    out = reference(x if rows is None else x[:, :rows])
+    out = reference(x)
     grad_out = torch.randn_like(out)
     (out * grad_out).sum().backward()
     chain = FusedMLPChain([fused])
     tape: list = []
     fused_out = chain.forward(x, tape)
-    chain.backward(tape, grad_out, rows)
+    chain.backward(tape, grad_out)
     return reference, fused, chain, out, fused_out
 
 
 @pytest.mark.parametrize("layer_norm", [True, False])
 @pytest.mark.parametrize("activation", [name for name in ACTIVATIONS if name != "Identity"])
-@pytest.mark.parametrize("rows", [None, 6])
-def test_fused_chain_matches_autograd(activation: str, layer_norm: bool, rows: int | None) -> None:
+def test_fused_chain_matches_autograd(activation: str, layer_norm: bool) -> None:
     x = torch.randn(3, 10, 5)
-    reference, fused, chain, out, fused_out = autograd_and_fused(members(activation, layer_norm), x, rows)
+    reference, fused, chain, out, fused_out = autograd_and_fused(members(activation, layer_norm), x)
 
-    assert torch.allclose(fused_out[:, : out.shape[1]], out, atol=1e-6)
+    assert torch.allclose(fused_out, out, atol=1e-6)
     assert torch.allclose(chain.forward(x), fused_out)  # no tape: same values
     for (name, a), b in zip(reference.named_parameters(), fused.parameters(), strict=True):
         assert torch.allclose(a.grad, b.grad, atol=1e-5), name
@@ -242,8 +240,7 @@ def test_a_member_range_computes_those_members_and_fills_their_gradient_rows() -
     assert torch.allclose(part.forward(x[1:3]), chain.forward(x)[1:3], atol=1e-6)
 
 
-@pytest.mark.parametrize("rows", [None, 6])
-def test_members_with_their_own_activations_match_each_member_alone(rows: int | None) -> None:
+def test_members_with_their_own_activations_match_each_member_alone() -> None:
     nets = members("ReLU", True, count=4)
     for net, activation in zip(nets[1:], ["Tanh", "Tanh", "GELU"], strict=True):
         net.change_activation(activation, rng=np.random.default_rng(0))
@@ -253,13 +250,12 @@ def test_members_with_their_own_activations_match_each_member_alone(rows: int | 
     x = torch.randn(4, 10, 5)
     tape: list = []
     out = chain.forward(x, tape)
-    grad_out = torch.randn_like(out if rows is None else out[:, :rows])
-    chain.backward(tape, grad_out, rows)
+    grad_out = torch.randn_like(out)
+    chain.backward(tape, grad_out)
     for index, net in enumerate(nets):
-        used = x[index] if rows is None else x[index, :rows]
-        alone = net(used)
+        alone = net(x[index])
         (alone * grad_out[index]).sum().backward()
-        assert torch.allclose(out[index, :alone.shape[0]], alone, atol=1e-6)
+        assert torch.allclose(out[index], alone, atol=1e-6)
         for (name, param), stacked in zip(net.named_parameters(), fused.parameters(), strict=True):
             assert torch.allclose(param.grad, stacked.grad[index][tuple(slice(0, n) for n in param.shape)],
                                   atol=1e-5), name
@@ -267,12 +263,11 @@ def test_members_with_their_own_activations_match_each_member_alone(rows: int | 
     assert torch.allclose(part.forward(x[1:]), out[1:], atol=1e-6)
 
 
-@pytest.mark.parametrize("rows", [None, 6])
 @pytest.mark.parametrize("used", [(True, True), (True, False)])
-def test_fused_heads_equal_the_encoder_then_each_head(rows: int | None, used: tuple[bool, bool]) -> None:
+def test_fused_heads_equal_the_encoder_then_each_head(used: tuple[bool, bool]) -> None:
     """One encoder, two heads (as a dueling or actor-critic network has): the same outputs and
     gradients as autograd over the stacked modules; an unused head adds nothing."""
-    from agile_core.networks.fused import FusedHeads, gradient_rows
+    from agile_core.networks.fused import FusedHeads
 
     encoders = members("ReLU", True)
     heads = [[EvolvableMLP(3, outputs, hidden_size=[8]) for _ in range(3)] for outputs in (4, 1)]
@@ -283,19 +278,17 @@ def test_fused_heads_equal_the_encoder_then_each_head(rows: int | None, used: tu
     tree = FusedHeads(FusedMLPChain([fused[0]]), [FusedMLPChain([fused[1]]), FusedMLPChain([fused[2]])])
     x = torch.randn(3, 10, 5, requires_grad=True)
     x_ref = x.detach().clone().requires_grad_(True)
-    grads = [torch.randn(3, 10 if rows is None else rows, outputs) for outputs in (4, 1)]
+    grads = [torch.randn(3, 10, outputs) for outputs in (4, 1)]
 
-    latent = reference[0](x_ref if rows is None else x_ref[:, :rows])
+    latent = reference[0](x_ref)
     expected = [reference[1](latent), reference[2](latent)]
     sum((out * grad).sum() for out, grad, on in zip(expected, grads, used, strict=True) if on).backward()
-    with gradient_rows(rows) if rows is not None else contextlib.nullcontext():
-        outs = tree(x)
-    kept = [out if rows is None else out[:, :rows] for out in outs]
-    sum((out * grad).sum() for out, grad, on in zip(kept, grads, used, strict=True) if on).backward()
+    outs = tree(x)
+    sum((out * grad).sum() for out, grad, on in zip(outs, grads, used, strict=True) if on).backward()
 
-    for out, want in zip(kept, expected, strict=True):
+    for out, want in zip(outs, expected, strict=True):
         assert torch.allclose(out, want, atol=1e-6)
-    assert torch.allclose(x.grad[:, :x_ref.grad.shape[1]], x_ref.grad, atol=1e-5)
+    assert torch.allclose(x.grad, x_ref.grad, atol=1e-5)
     for ref_module, fused_module in zip(reference, fused, strict=True):
         for (name, a), b in zip(ref_module.named_parameters(), fused_module.parameters(), strict=True):
             if a.grad is None:
@@ -319,12 +312,11 @@ def noisy_members(count: int = 3) -> list[EvolvableMLP]:
 
 
 @pytest.mark.parametrize("noise", [True, False])
-@pytest.mark.parametrize("rows", [None, 6])
-def test_a_noisy_output_layer_fuses_with_its_noise_and_sigma_gradients(noise: bool, rows: int | None) -> None:
+def test_a_noisy_output_layer_fuses_with_its_noise_and_sigma_gradients(noise: bool) -> None:
     nets = noisy_members()
     x = torch.randn(3, 10, 5)
-    reference, fused, chain, out, fused_out = autograd_and_fused(nets, x, rows, train=noise)
-    assert torch.allclose(fused_out[:, :out.shape[1]], out, atol=1e-6)
+    reference, fused, chain, out, fused_out = autograd_and_fused(nets, x, train=noise)
+    assert torch.allclose(fused_out, out, atol=1e-6)
     for (name, a), b in zip(reference.named_parameters(), fused.parameters(), strict=True):
         if "sigma" in name and not noise:
             assert a.grad is None and (b.grad is None or not b.grad.any()), name
@@ -349,7 +341,7 @@ def test_public_fallbacks_of_the_private_kernels(monkeypatch: pytest.MonkeyPatch
         expected = fused_module._normalise_rows(x, eps)
         monkeypatch.setattr(fused_module, "_GROUP_NORM", None)
         for got, want in zip(fused_module._normalise_rows(x, eps), expected, strict=True):
-            assert torch.allclose(got, want, atol=1e-5)
+            assert torch.allclose(got.reshape(-1), want.reshape(-1), atol=1e-5)
         monkeypatch.undo()
 
     def trained(private: bool) -> list[torch.Tensor]:

@@ -41,7 +41,6 @@ from agile_core.algorithms.base import SingleAgentAlgorithm
 from agile_core.algorithms.group import (
     MemberGroup,
     PopulationBatch,
-    forward_with_free_rows,
     with_member_axis,
 )
 from agile_core.hpo.hyperparameters import HyperparameterConfig
@@ -61,13 +60,6 @@ __all__ = ["RainbowDQN", "project_distribution"]
 
 _DEFAULTS = RainbowDQNSpec.defaults()
 """The registered spec's defaults: the one home of this algorithm's keyword defaults."""
-
-def _log_probs_and_free_q(online: RainbowQNetwork, obs: Any, next_obs: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(log Z_online(obs) [P, rows, A, K] with gradient, E[Z_online(next_obs)] [P, rows, A] without)``
-    in one call on both sets of rows; the backward pass covers only the rows that learn."""
-    log_probs, next_log_probs = forward_with_free_rows(lambda x: online(x, "log_probs"), obs, next_obs)
-    return log_probs, (next_log_probs.exp() * online.support).sum(dim=-1)
-
 
 def project_distribution(next_probs: torch.Tensor, rewards: torch.Tensor, discounts: torch.Tensor,
                          support: torch.Tensor) -> torch.Tensor:
@@ -349,23 +341,22 @@ class RainbowDQN(SingleAgentAlgorithm):
         gamma = group.column("gamma")
         n_steps = getattr(batch, "n_steps", None)
         discounts = (gamma if n_steps is None else torch.pow(gamma, n_steps)) * (1.0 - batch.done)
-        log_probs, next_q = _log_probs_and_free_q(cast(RainbowQNetwork, group.nets["actor"]), obs, next_obs)
-        target = cls._target_distribution(group, batch.reward, next_obs, discounts, next_q)
+        target = cls._target_distribution(group, batch.reward, next_obs, discounts)
+        log_probs = group.nets["actor"](obs, "log_probs")
         taken = log_probs.gather(2, actions[..., None, None].expand(*actions.shape, 1, log_probs.shape[-1]))
         return -(target * taken.squeeze(2)).sum(dim=-1)
 
     @staticmethod
-    def _target_distribution(group: MemberGroup, rewards: torch.Tensor, next_inputs: Any, discounts: torch.Tensor,
-                             next_q_online: torch.Tensor | None = None) -> torch.Tensor:
+    def _target_distribution(group: MemberGroup, rewards: torch.Tensor, next_inputs: Any,
+                             discounts: torch.Tensor) -> torch.Tensor:
         """Projected target distributions ``[P, rows, num_atoms]`` (no gradient), double-Q action choice.
 
-        The online network picks ``a* = argmax_a E[Z_online(s', a)]`` (from `next_q_online` when
-        already computed), the target network's distribution for ``a*`` is shifted by the rewards,
-        scaled by `discounts` (0 where the episode terminated) and projected onto the support.
+        The online network picks ``a* = argmax_a E[Z_online(s', a)]``, the target network's
+        distribution for ``a*`` is shifted by the rewards, scaled by `discounts` (0 where the
+        episode terminated) and projected onto the support.
         """
         with torch.no_grad():
-            if next_q_online is None:
-                next_q_online = group.nets["actor"](next_inputs, "q")
+            next_q_online = group.nets["actor"](next_inputs, "q")
             next_probs = group.nets["actor_target"](next_inputs, "probs")
             chosen = next_q_online.argmax(dim=-1)[..., None, None].expand(*next_q_online.shape[:-1], 1,
                                                                           next_probs.shape[-1])

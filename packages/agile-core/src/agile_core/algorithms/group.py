@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from agile_core.distributed.data_parallel import average_gradients
-from agile_core.networks.fused import fuse_stacked_mlps, gradient_rows
+from agile_core.networks.fused import fuse_stacked_mlps
 from agile_core.networks.stacked import (
     FlatParameters,
     NotStackableError,
@@ -128,16 +128,12 @@ def repeat_members(inputs: Any, repeat: int) -> Any:
 
 
 def forward_with_free_rows(network: Callable[[Any], Any], inputs: Any, free_inputs: Any) -> tuple[Any, Any]:
-    """``(network(inputs), network(free_inputs) without gradient)`` in one call on the rows of both
-    (``[P, rows, ...]`` tensors): fused chains then differentiate only `inputs`' rows."""
-    if not isinstance(inputs, torch.Tensor) or not isinstance(free_inputs, torch.Tensor):
-        with torch.no_grad():
-            free = network(free_inputs)
-        return network(inputs), free
-    rows = inputs.shape[1]
-    with gradient_rows(rows):
-        outputs = network(torch.cat([inputs, free_inputs], dim=1))
-    return outputs[:, :rows], outputs[:, rows:].detach()
+    """``(network(inputs), network(free_inputs) without gradient)``: the rows a loss
+    differentiates and the rows it only reads (e.g. a learner's batch and the next observations
+    it bootstraps from)."""
+    with torch.no_grad():
+        free = network(free_inputs)
+    return network(inputs), free
 
 
 def group_by_architecture(population: Sequence[Any], key: Callable[[Any], str],

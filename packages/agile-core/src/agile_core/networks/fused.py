@@ -26,10 +26,8 @@ Private kernels: the row normalisation uses ``torch.native_group_norm`` (tested 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -47,7 +45,7 @@ from agile_core.networks.stacked import (
 )
 from agile_core.networks.stacked_noisy import StackedNoisyLinear
 
-__all__ = ["ACTIVATIONS", "FusedHeads", "FusedMLPChain", "Tape", "fuse_stacked_mlps", "gradient_rows"]
+__all__ = ["ACTIVATIONS", "FusedHeads", "FusedMLPChain", "Tape", "fuse_stacked_mlps"]
 
 aten = torch.ops.aten
 _LAYER_NORM_BACKWARD = aten.native_layer_norm_backward.default
@@ -119,6 +117,18 @@ class _Layer:
     eps_out: torch.Tensor | None = None  # which the members redraw in place)
     member_activations: tuple[nn.Module, ...] | None = None  # each member's activation, when they differ,
     activation_runs: tuple[tuple[slice, _Activation], ...] | None = None  # and their runs' kernels
+    # Derived once (views follow the in-place optimizer updates): the weight read transposed,
+    # the bias as [P, 1, out], and whether the weight gradient is taken as (x^T g)^T.
+    weight_t: torch.Tensor = field(init=False, repr=False)
+    bias_rows: torch.Tensor | None = field(init=False, repr=False)
+    narrow_input: bool = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        weight = self.weight.detach()
+        object.__setattr__(self, "weight_t", weight.transpose(1, 2))
+        bias = None if self.bias is None else self.bias.detach()
+        object.__setattr__(self, "bias_rows", bias if bias is None or bias.dim() == 3 else bias.unsqueeze(1))
+        object.__setattr__(self, "narrow_input", weight.shape[2] < weight.shape[1])
 
     def select(self, members: slice) -> _Layer:
         """This layer for a contiguous range of members: views of its tensors. A trained tensor's
@@ -214,7 +224,7 @@ def _fit_units(x: torch.Tensor, width: int) -> torch.Tensor:
 
 @dataclass
 class _Saved:
-    """What one layer's backward pass reads (full forward rows; sliced when read)."""
+    """What one layer's backward pass reads."""
 
     inputs: torch.Tensor
     pre_norm: torch.Tensor
@@ -287,134 +297,139 @@ class FusedMLPChain:
         """Outputs ``[P, rows, out]`` of inputs ``[P, rows, *input_shape]`` as one autograd
         function: when gradients are enabled and the chain is trained, backward accumulates the
         parameter gradients into their ``.grad`` and passes the input gradient on."""
-        grad_rows = _GRAD_ROWS.get()
-        if len(self.input_shape) == 1 and x.dim() != 3:
+        if x.dim() != 3 and len(self.input_shape) == 1:
             return _on_flat_rows(self, x)
         trains = self._root.layers[0].weight.requires_grad
         if not torch.is_grad_enabled() or not (trains or x.requires_grad):
-            return self.forward(x)
-        return _FusedChainFunction.apply(x, self, trains, grad_rows, self._anchor)
+            return self.run(x)
+        return _FusedChainFunction.apply(x, self, trains, self._anchor)
 
     def forward(self, x: torch.Tensor, tape: Tape | None = None) -> torch.Tensor:
         """Outputs ``[P, rows, out]`` of inputs ``[P, rows, *input_shape]`` (no autograd graph);
         pass a `tape` to record what :meth:`backward` needs."""
         with torch.no_grad():
-            if len(self.input_shape) != 1:
-                x = x.reshape(x.shape[0], x.shape[1], self.num_inputs)
-            for layer in self.layers:
-                x = self._layer_forward(layer, x, tape)
+            return self.run(x, tape)
+
+    def run(self, x: torch.Tensor, tape: Tape | None = None) -> torch.Tensor:
+        """:meth:`forward` where gradients are off already (inside an autograd function, or
+        under ``torch.no_grad``)."""
+        if len(self.input_shape) != 1:
+            x = x.reshape(x.shape[0], x.shape[1], self.num_inputs)
+        for layer in self.layers:
+            x = _layer_forward(layer, x, tape)
         return x
 
-    @staticmethod
-    def _layer_forward(layer: _Layer, x: torch.Tensor, tape: Tape | None) -> torch.Tensor:
-        weight, bias, noise = layer.weight, layer.bias, layer.noise()
-        if noise is not None:
-            assert layer.weight_sigma is not None and layer.bias_sigma is not None and bias is not None
-            weight = torch.addcmul(weight, layer.weight_sigma, noise[0])
-            bias = torch.addcmul(bias.unsqueeze(1), layer.bias_sigma.unsqueeze(1), noise[1])
-        elif bias is not None and bias.dim() == 2:
-            bias = bias.unsqueeze(1)
-        h = torch.bmm(x, weight.transpose(1, 2)) if bias is None else torch.baddbmm(bias, x, weight.transpose(1, 2))
-        normalised = mean = rstd = None
-        a = h
-        if layer.norm_shape is not None:
-            if layer.unit_mask is None:
-                normalised, mean, rstd = _normalise_rows(h, layer.norm_eps)
-            else:
-                assert layer.unit_counts is not None and layer.unit_eps is not None
-                normalised, mean, rstd = normalise_member_units(h, layer.unit_mask, layer.unit_counts, layer.unit_eps)
-            assert layer.norm_weight is not None
-            a = normalised * layer.norm_weight if layer.norm_bias is None else \
-                torch.addcmul(layer.norm_bias, normalised, layer.norm_weight)
-        if layer.activation_runs is None:
-            y = layer.activation.forward(a)
-        else:
-            y = torch.empty_like(a)
-            for members, kernels in layer.activation_runs:
-                y[members] = kernels.forward(a[members])
-        if tape is not None:
-            tape.append(_Saved(x, h, normalised, mean, rstd, a, y, None if noise is None else weight, noise))
-        if layer.shortcut is None or layer.gate is None:
-            return y
-        if layer.shortcut_mask is not None:
-            return torch.addcmul(_fit_units(x, y.shape[-1]) * layer.shortcut_mask, layer.gate, y)
-        return torch.bmm(x, layer.shortcut) + layer.gate * y
-
-    def backward(self, tape: Tape, grad_output: torch.Tensor, rows: int | None = None,
-                 input_grad: bool = False, params: bool = True) -> torch.Tensor | None:
+    def backward(self, tape: Tape, grad_output: torch.Tensor, input_grad: bool = False,
+                 params: bool = True) -> torch.Tensor | None:
         """Accumulate into the parameters' ``.grad`` (unless not `params`) the gradient of
-        ``sum(grad_output * out)``, where ``out`` is the first `rows` rows (all when None) of the
-        taped forward pass; with `input_grad`, also return the gradient with respect to the
-        chain's input (those rows)."""
+        ``sum(grad_output * out)``, where ``out`` is the taped forward pass's output; with
+        `input_grad`, also return the gradient with respect to the chain's input."""
         if len(tape) != len(self.layers):
             raise ValueError("the tape does not come from a forward pass of this chain")
-        grad = grad_output
         with torch.no_grad():
-            for index in range(len(self.layers) - 1, -1, -1):
-                grad = self._layer_backward(self.layers[index], tape[index], grad, rows,
-                                            need_input_grad=input_grad or index > 0, params=params)
+            return self.backprop(tape, grad_output, input_grad, params)
+
+    def backprop(self, tape: Tape, grad_output: torch.Tensor, input_grad: bool, params: bool) -> torch.Tensor | None:
+        """:meth:`backward` where gradients are off already (inside an autograd function's backward)."""
+        grad = grad_output
+        layers = self.layers
+        for index in range(len(layers) - 1, -1, -1):
+            grad = _layer_backward(layers[index], tape[index], grad, input_grad or index > 0, params)
         return grad if input_grad else None
 
-    @staticmethod
-    def _layer_backward(layer: _Layer, saved: _Saved, grad: torch.Tensor, rows: int | None,
-                        need_input_grad: bool, params: bool = True) -> torch.Tensor:
-        def part(tensor: torch.Tensor) -> torch.Tensor:  # only the first `rows` forward rows take part
-            return tensor if rows is None else tensor[:, :rows]
 
-        def _accumulate(param: torch.Tensor, value: torch.Tensor) -> None:
-            if params:
-                _accumulate_grad(param, value)
+def _layer_forward(layer: _Layer, x: torch.Tensor, tape: Tape | None) -> torch.Tensor:
+    """One layer of a chain on ``[P, rows, in]`` (gradients off), recording its activations on `tape`."""
+    noise = None if layer.noisy is None else layer.noise()
+    if noise is None:
+        weight, weight_t, bias = None, layer.weight_t, layer.bias_rows
+    else:
+        assert layer.weight_sigma is not None and layer.bias_sigma is not None and layer.bias is not None
+        weight = torch.addcmul(layer.weight, layer.weight_sigma, noise[0])
+        weight_t = weight.transpose(1, 2)
+        bias = torch.addcmul(layer.bias.unsqueeze(1), layer.bias_sigma.unsqueeze(1), noise[1])
+    h = torch.bmm(x, weight_t) if bias is None else torch.baddbmm(bias, x, weight_t)
+    normalised = mean = rstd = None
+    a = h
+    if layer.norm_shape is not None:
+        if layer.unit_mask is None:
+            normalised, mean, rstd = _normalise_rows(h, layer.norm_eps)
+        else:
+            assert layer.unit_counts is not None and layer.unit_eps is not None
+            normalised, mean, rstd = normalise_member_units(h, layer.unit_mask, layer.unit_counts, layer.unit_eps)
+        assert layer.norm_weight is not None
+        a = normalised * layer.norm_weight if layer.norm_bias is None else \
+            torch.addcmul(layer.norm_bias, normalised, layer.norm_weight)
+    if layer.activation_runs is None:
+        y = layer.activation.forward(a)
+    else:
+        y = torch.empty_like(a)
+        for members, kernels in layer.activation_runs:
+            y[members] = kernels.forward(a[members])
+    if tape is not None:
+        tape.append(_Saved(x, h, normalised, mean, rstd, a, y, weight, noise))
+    if layer.shortcut is None or layer.gate is None:
+        return y
+    if layer.shortcut_mask is not None:
+        return torch.addcmul(_fit_units(x, y.shape[-1]) * layer.shortcut_mask, layer.gate, y)
+    return torch.bmm(x, layer.shortcut) + layer.gate * y
 
-        shortcut_grad = None
-        if layer.shortcut is not None and layer.gate is not None:  # out = x @ shortcut + gate * y
-            _accumulate(layer.gate, (grad * part(saved.output)).sum(dim=(1, 2), keepdim=True))
-            if need_input_grad and layer.shortcut_mask is not None:  # the copy's transpose: mask, then fit to `in`
-                shortcut_grad = _fit_units(grad * layer.shortcut_mask, layer.shortcut.shape[1])
-            elif need_input_grad:
-                shortcut_grad = torch.bmm(grad, layer.shortcut.transpose(1, 2))
-            grad = grad * layer.gate
-        if layer.activation_runs is not None:
-            grad = _activation_backward_by_member(layer.activation_runs, grad, part(saved.pre_activation),
-                                                  part(saved.output))
-        elif layer.activation.backward is not None:
-            grad = layer.activation.backward(grad, part(saved.pre_activation), part(saved.output))
-        if layer.norm_shape is not None:
-            assert saved.normalised is not None and saved.mean is not None and saved.rstd is not None
-            assert layer.norm_weight is not None
-            normalised = part(saved.normalised)
-            _accumulate(layer.norm_weight, (grad * normalised).sum(dim=1, keepdim=True))
+
+def _layer_backward(layer: _Layer, saved: _Saved, grad: torch.Tensor, need_input_grad: bool,
+                    params: bool = True) -> torch.Tensor:
+    """One layer's backward pass (gradients off): accumulate its parameter gradients (when
+    `params`) and return the gradient of its input (its output's, when not `need_input_grad`)."""
+    shortcut_grad = None
+    if layer.shortcut is not None and layer.gate is not None:  # out = x @ shortcut + gate * y
+        if params:
+            _accumulate_grad(layer.gate, (grad * saved.output).sum(dim=(1, 2), keepdim=True))
+        if need_input_grad and layer.shortcut_mask is not None:  # the copy's transpose: mask, then fit to `in`
+            shortcut_grad = _fit_units(grad * layer.shortcut_mask, layer.shortcut.shape[1])
+        elif need_input_grad:
+            shortcut_grad = torch.bmm(grad, layer.shortcut.transpose(1, 2))
+        grad = grad * layer.gate
+    if layer.activation_runs is not None:
+        grad = _activation_backward_by_member(layer.activation_runs, grad, saved.pre_activation, saved.output)
+    elif layer.activation.backward is not None:
+        grad = layer.activation.backward(grad, saved.pre_activation, saved.output)
+    if layer.norm_shape is not None:
+        norm_weight, normalised = layer.norm_weight, saved.normalised
+        assert norm_weight is not None and normalised is not None and saved.rstd is not None
+        if params:
+            _accumulate_grad(norm_weight, (grad * normalised).sum(dim=1, keepdim=True))
             if layer.norm_bias is not None:
-                _accumulate(layer.norm_bias, grad.sum(dim=1, keepdim=True))
-            if layer.unit_mask is None:
-                # The kernel reads its inputs as dense row blocks: row slices must be made contiguous.
-                grad = _LAYER_NORM_BACKWARD(grad * layer.norm_weight, part(saved.pre_norm).contiguous(),
-                                            layer.norm_shape, part(saved.mean).contiguous(),
-                                            part(saved.rstd).contiguous(), None, None, [True, False, False])[0]
-            else:
-                assert layer.unit_counts is not None
-                grad = _masked_rows_backward(grad * layer.norm_weight, normalised, part(saved.rstd), layer.unit_mask,
-                                             layer.unit_counts)
-        x = part(saved.inputs)
+                _accumulate_grad(layer.norm_bias, grad.sum(dim=1, keepdim=True))
+        if layer.unit_mask is None:
+            grad = _LAYER_NORM_BACKWARD(grad * norm_weight, saved.pre_norm, layer.norm_shape, saved.mean,
+                                        saved.rstd, None, None, _INPUT_ONLY)[0]
+        else:
+            assert layer.unit_counts is not None
+            grad = _masked_rows_backward(grad * norm_weight, normalised, saved.rstd, layer.unit_mask,
+                                         layer.unit_counts)
+    if params:
         # The weight gradient [out, in] as whichever product has the wider output: the batched
         # matmul kernel is slow when its output is narrow (an input layer's few features).
-        out_features, in_features = layer.weight.shape[1:]
-        if params:
-            if in_features < out_features:
-                weight_grad = torch.bmm(x.transpose(1, 2), grad).transpose(1, 2)
-            else:
-                weight_grad = torch.bmm(grad.transpose(1, 2), x)
-            _accumulate(layer.weight, weight_grad)
-            if saved.noise is not None and layer.weight_sigma is not None:
-                _accumulate(layer.weight_sigma, weight_grad * saved.noise[0])
+        x = saved.inputs
+        if layer.narrow_input:
+            weight_grad = torch.bmm(x.transpose(1, 2), grad).transpose(1, 2)
+        else:
+            weight_grad = torch.bmm(grad.transpose(1, 2), x)
+        _accumulate_grad(layer.weight, weight_grad)
+        if saved.noise is not None and layer.weight_sigma is not None:
+            _accumulate_grad(layer.weight_sigma, weight_grad * saved.noise[0])
         if layer.bias is not None:
             bias_grad = grad.sum(dim=1, keepdim=True)  # [P, 1, out]
             if saved.noise is not None and layer.bias_sigma is not None:
-                _accumulate(layer.bias_sigma, (bias_grad * saved.noise[1]).squeeze(1))
-            _accumulate(layer.bias, bias_grad if layer.bias.dim() == 3 else bias_grad.squeeze(1))
-        if not need_input_grad:
-            return grad
-        input_grad = torch.bmm(grad, layer.weight if saved.weight is None else saved.weight)
-        return input_grad if shortcut_grad is None else input_grad + shortcut_grad
+                _accumulate_grad(layer.bias_sigma, (bias_grad * saved.noise[1]).squeeze(1))
+            _accumulate_grad(layer.bias, bias_grad if layer.bias.dim() == 3 else bias_grad.squeeze(1))
+    if not need_input_grad:
+        return grad
+    input_grad = torch.bmm(grad, layer.weight if saved.weight is None else saved.weight)
+    return input_grad if shortcut_grad is None else input_grad + shortcut_grad
+
+
+_INPUT_ONLY = [True, False, False]
+"""``native_layer_norm_backward``'s output mask: the input gradient only."""
 
 
 def _activation_backward_by_member(runs: tuple[tuple[slice, _Activation], ...], grad: torch.Tensor,
@@ -429,17 +444,18 @@ def _activation_backward_by_member(runs: tuple[tuple[slice, _Activation], ...], 
 
 
 def _normalise_rows(h: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """LayerNorm without affine over the last dimension of ``[P, rows, n]``, with its mean and
-    rstd ``[P, rows, 1]`` (what ``native_layer_norm`` returns). Computed as a group norm with one
-    group per row, whose CPU kernel is about twice as fast as layer norm's at these sizes."""
+    """LayerNorm without affine over the last dimension of ``[P, rows, n]`` (contiguous), with its
+    mean and rstd (``P * rows`` values each, in row order: what ``native_layer_norm_backward``
+    reads). Computed as a group norm with one group per row, whose CPU kernel is about twice as
+    fast as layer norm's at these sizes."""
     members, rows, width = h.shape
     if _GROUP_NORM is None:
         mean = h.mean(dim=-1, keepdim=True)
         rstd = torch.rsqrt(h.var(dim=-1, unbiased=False, keepdim=True) + eps)
         return (h - mean) * rstd, mean, rstd
     count = members * rows
-    normalised, mean, rstd = _GROUP_NORM(h.reshape(1, count, width), None, None, 1, count, width, count, eps)
-    return normalised.view(h.shape), mean.view(members, rows, 1), rstd.view(members, rows, 1)
+    normalised, mean, rstd = _GROUP_NORM(h.view(1, count, width), None, None, 1, count, width, count, eps)
+    return normalised.view(members, rows, width), mean, rstd
 
 
 def _masked_rows_backward(grad: torch.Tensor, normalised: torch.Tensor, rstd: torch.Tensor, mask: torch.Tensor,
@@ -464,25 +480,17 @@ class _FusedChainFunction(torch.autograd.Function):
     """A fused chain as one node of an autograd graph (see :meth:`FusedMLPChain.__call__`)."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, chain: FusedMLPChain, trains: bool, rows: int | None,
-                anchor: torch.Tensor) -> torch.Tensor:
+    def forward(ctx: Any, x: torch.Tensor, chain: FusedMLPChain, trains: bool, anchor: torch.Tensor) -> torch.Tensor:
         tape: Tape = []
-        out = chain.forward(x, tape)
-        ctx.chain, ctx.tape, ctx.trains, ctx.rows, ctx.input_shape = chain, tape, trains, rows, x.shape
+        out = chain.run(x, tape)
+        ctx.chain, ctx.tape, ctx.trains, ctx.input_shape = chain, tape, trains, x.shape
         return out
 
     @staticmethod
-    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[torch.Tensor | None, None, None, None, None]:
-        chain: FusedMLPChain = ctx.chain
-        rows = ctx.rows
-        if rows is not None:
-            grad_output = grad_output[:, :rows]
-        input_grad = chain.backward(ctx.tape, grad_output, rows, input_grad=bool(ctx.needs_input_grad[0]),
-                                    params=ctx.trains)
+    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[torch.Tensor | None, None, None, None]:
+        input_grad = ctx.chain.backprop(ctx.tape, grad_output, bool(ctx.needs_input_grad[0]), ctx.trains)
         ctx.tape = None
-        if input_grad is not None and rows is not None:
-            input_grad = _zero_rows_after(input_grad, ctx.input_shape[1])
-        return (None if input_grad is None else input_grad.reshape(ctx.input_shape)), None, None, None, None
+        return (None if input_grad is None else input_grad.reshape(ctx.input_shape)), None, None, None
 
 
 class FusedHeads:
@@ -511,84 +519,55 @@ class FusedHeads:
     def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Each head's outputs ``[P, rows, out]`` of inputs ``[P, rows, *input_shape]``."""
         encoder = self.encoder
-        if len(encoder.input_shape) == 1 and x.dim() != 3:
+        if x.dim() != 3 and len(encoder.input_shape) == 1:
             return _on_flat_rows(self, x)
         trains = encoder._root.layers[0].weight.requires_grad
         if not torch.is_grad_enabled() or not (trains or x.requires_grad):
-            latent = encoder.forward(x)
-            return tuple(head.forward(latent) for head in self.heads)
-        return _FusedHeadsFunction.apply(x, self, trains, _GRAD_ROWS.get(), encoder._anchor)
+            latent = encoder.run(x)
+            return tuple(head.run(latent) for head in self.heads)
+        return _FusedHeadsFunction.apply(x, self, trains, encoder._anchor)
 
 
 class _FusedHeadsFunction(torch.autograd.Function):
     """:class:`FusedHeads` as one node of an autograd graph."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, tree: FusedHeads, trains: bool, rows: int | None,
+    def forward(ctx: Any, x: torch.Tensor, tree: FusedHeads, trains: bool,
                 anchor: torch.Tensor) -> tuple[torch.Tensor, ...]:
         ctx.set_materialize_grads(False)  # a head whose output is unused gets no backward pass
         encoder_tape: Tape = []
-        latent = tree.encoder.forward(x, encoder_tape)
+        latent = tree.encoder.run(x, encoder_tape)
         tapes: list[Tape] = [[] for _ in tree.heads]
-        outs = tuple(head.forward(latent, tape) for head, tape in zip(tree.heads, tapes, strict=True))
-        ctx.tree, ctx.encoder_tape, ctx.tapes, ctx.trains, ctx.rows, ctx.input_shape = \
-            tree, encoder_tape, tapes, trains, rows, x.shape
+        outs = tuple(head.run(latent, tape) for head, tape in zip(tree.heads, tapes, strict=True))
+        ctx.tree, ctx.encoder_tape, ctx.tapes, ctx.trains, ctx.input_shape = tree, encoder_tape, tapes, trains, x.shape
         return outs
 
     @staticmethod
-    def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[torch.Tensor | None, None, None, None, None]:
+    def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[torch.Tensor | None, None, None, None]:
         tree: FusedHeads = ctx.tree
-        rows = ctx.rows
         latent_grad = None
         for head, tape, grad in zip(tree.heads, ctx.tapes, grads, strict=True):
             if grad is None:
                 continue
-            part = head.backward(tape, grad if rows is None else grad[:, :rows], rows, input_grad=True,
-                                 params=ctx.trains)
+            part = head.backprop(tape, grad, True, ctx.trains)
             assert part is not None
             latent_grad = part if latent_grad is None else latent_grad + part
         ctx.tapes = None
         input_grad = None
         if latent_grad is not None:
-            input_grad = tree.encoder.backward(ctx.encoder_tape, latent_grad, rows,
-                                               input_grad=bool(ctx.needs_input_grad[0]), params=ctx.trains)
+            input_grad = tree.encoder.backprop(ctx.encoder_tape, latent_grad, bool(ctx.needs_input_grad[0]),
+                                               ctx.trains)
         ctx.encoder_tape = None
-        if input_grad is not None and rows is not None:
-            input_grad = _zero_rows_after(input_grad, ctx.input_shape[1])
-        return (None if input_grad is None else input_grad.reshape(ctx.input_shape)), None, None, None, None
+        return (None if input_grad is None else input_grad.reshape(ctx.input_shape)), None, None, None
 
 
 def _on_flat_rows(fn: Callable[[torch.Tensor], Any], x: torch.Tensor) -> Any:
-    """`fn` (a chain or heads) of inputs ``[P, *batch, in]`` run as ``[P, rows, in]`` with every
-    row differentiated, its output tensors given back their batch shape."""
-    token = _GRAD_ROWS.set(None)
-    try:
-        out = fn(x.reshape(x.shape[0], -1, x.shape[-1]))
-    finally:
-        _GRAD_ROWS.reset(token)
+    """`fn` (a chain or heads) of inputs ``[P, *batch, in]`` run as ``[P, rows, in]``, its output
+    tensors given back their batch shape."""
+    out = fn(x.reshape(x.shape[0], -1, x.shape[-1]))
     if isinstance(out, tuple):
         return tuple(part.reshape(*x.shape[:-1], part.shape[-1]) for part in out)
     return out.reshape(*x.shape[:-1], out.shape[-1])
-
-
-def _zero_rows_after(grad: torch.Tensor, total: int) -> torch.Tensor:
-    """The gradient of the differentiated rows ``[P, rows, ...]`` padded with zero rows to `total`."""
-    return torch.cat([grad, grad.new_zeros(grad.shape[0], total - grad.shape[1], *grad.shape[2:])], dim=1)
-
-
-_GRAD_ROWS: ContextVar[int | None] = ContextVar("agile_gradient_rows", default=None)
-
-
-@contextmanager
-def gradient_rows(rows: int) -> Iterator[None]:
-    """Within this block, fused chains differentiate only the first `rows` rows of their inputs
-    ``[P, rows_total, ...]``: the caller promises to use the other rows' outputs without gradient
-    (e.g. a learner's batch and the next observations it bootstraps from, in one call)."""
-    token = _GRAD_ROWS.set(rows)
-    try:
-        yield
-    finally:
-        _GRAD_ROWS.reset(token)
 
 
 def fuse_stacked_mlps(stacked: nn.Module) -> int:
