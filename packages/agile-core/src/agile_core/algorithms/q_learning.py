@@ -221,7 +221,9 @@ class QLearner(SingleAgentAlgorithm):
         first = group.members[0]
         online = group.nets["actor"]
         obs, next_obs = first.population_inputs(batch.obs), first.population_inputs(batch.next_obs)
-        actions = batch.action.long().reshape(*batch.weights.shape, 1) - first.action_start
+        actions = batch.action.long().reshape(*batch.weights.shape, 1)
+        if first.action_start:
+            actions = actions - first.action_start
         if first.double:  # the online network's choice in s' comes from the same call
             q_values, next_q_online = forward_with_free_rows(online, obs, next_obs)
         else:
@@ -265,7 +267,7 @@ class QLearner(SingleAgentAlgorithm):
             else:
                 chooser = group.nets["actor"](next_inputs) if next_q_online is None else next_q_online
             next_q = next_q_target.gather(-1, chooser.argmax(dim=-1, keepdim=True)).squeeze(-1)
-            return rewards + group.column("gamma") * (1.0 - done) * next_q
+            return torch.addcmul(rewards, group.column("gamma") * (1.0 - done), next_q)
 
     def td_target(self, rewards: torch.Tensor, next_obs: Any, terminated: torch.Tensor) -> torch.Tensor:
         """The TD target ``[B]`` of this agent's flat batch (the ``P = 1`` case of :meth:`_td_target`)."""

@@ -51,9 +51,14 @@ class CategoricalDistribution:
         self.probs = self.log_probs.exp()
 
     def sample(self) -> torch.Tensor:
-        """Integer actions of the leading shape."""
-        flat = self.probs.reshape(-1, self.probs.shape[-1])
-        return torch.multinomial(flat, 1).reshape(self.probs.shape[:-1])
+        """Integer actions of the leading shape, by inverse transform: one uniform draw per row,
+        scaled to the row's total probability, picks the first action whose cumulative
+        probability exceeds it (an action of probability 0 is never drawn). A few kernels,
+        several times cheaper than ``torch.multinomial`` at acting sizes."""
+        cumulative = self.probs.cumsum(dim=-1)
+        total = cumulative[..., -1:]
+        draw = torch.rand(total.shape, dtype=total.dtype, device=total.device).mul_(total)
+        return (cumulative <= draw).sum(dim=-1)
 
     def mode(self) -> torch.Tensor:
         """The argmax action."""

@@ -74,6 +74,8 @@ def preprocess_population_observation(space: spaces.Space, obs: Any, device: tor
                                       normalize_images: bool = True) -> Observation:
     """:func:`preprocess_observation` for observations laid out ``[P, rows, ...]`` (a leading member
     axis; Dict and Tuple observations hold such arrays): the same tensors, ``[P, rows, ...]``."""
+    if type(space) is spaces.Box and not (normalize_images and space.dtype == np.uint8 and len(space.shape) >= 2):
+        return _as_tensor(obs, device).float()  # floats as they are: nothing to flatten and restore
     def leading(field: Any) -> tuple[int, int]:
         if isinstance(field, Mapping):
             return leading(next(iter(field.values())))

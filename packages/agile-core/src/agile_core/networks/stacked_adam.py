@@ -148,8 +148,12 @@ class StackedAdam:
         per member, no temporaries). Idle members' parameters and moments are left exactly as they were."""
         flags = [True] * len(self.optimizers) if active is None else \
             (active.tolist() if isinstance(active, torch.Tensor) else list(active))
-        self.step_count += np.asarray(flags, dtype=np.float64)
-        self.steps.copy_(torch.from_numpy(self.step_count))
+        if all(flags):
+            self.step_count += 1.0
+            self.steps.add_(1.0)  # counts stay exact integers in float32 up to 2**24 steps
+        else:
+            self.step_count += np.asarray(flags, dtype=np.float64)
+            self.steps.copy_(torch.from_numpy(self.step_count))
         with torch.no_grad():
             for member, on in enumerate(flags):
                 if on:
@@ -180,6 +184,8 @@ def clip_flat_grad_norm(flat: FlatParameters, max_norm: float | torch.Tensor) ->
     before clipping. `max_norm` is one threshold for all members or a ``[P]`` tensor of each
     member's own."""
     assert flat.grad is not None
-    norms = torch.linalg.vector_norm(flat.grad, dim=1)
-    flat.grad.mul_((max_norm / (norms + 1e-6)).clamp(max=1.0).unsqueeze(1))
-    return norms
+    norms = torch.linalg.vector_norm(flat.grad, dim=1, keepdim=True)
+    scale = (norms + 1e-6).reciprocal_()
+    scale.mul_(max_norm if not isinstance(max_norm, torch.Tensor) else max_norm.reshape(-1, 1))
+    flat.grad.mul_(scale.clamp_(max=1.0))
+    return norms.squeeze(1)
