@@ -146,9 +146,7 @@ def _act(groups: Groups, num_envs: int, obs: Any, mask: torch.Tensor | None,
         step = group.algorithm.act_population(group, inputs, None, masks, hidden_state=fed[index])
         assert step.value is not None
         new[index] = step.hidden
-        return (group.members[0].env_actions(step.action),
-                step.log_prob.reshape(-1).cpu().numpy().astype(np.float32),
-                step.value.reshape(-1).cpu().numpy().astype(np.float32))
+        return (group.members[0].env_actions(step.action), _host_floats(step.log_prob), _host_floats(step.value))
 
     return _by_group(groups, num_envs, obs, mask, act), new
 
@@ -156,10 +154,15 @@ def _act(groups: Groups, num_envs: int, obs: Any, mask: torch.Tensor | None,
 def _values(groups: Groups, num_envs: int, obs: Any, states: list[HiddenStates | None]) -> np.ndarray:
     """``V(obs)`` ``[agents * num_envs]`` of every agent's slice (recurrent groups given `states`)."""
     def values(index: int, group: MemberGroup, inputs: Any, _: Any) -> Outputs:
-        value = group.algorithm.value_population(group, inputs, states[index])
-        return (value.reshape(-1).cpu().numpy().astype(np.float32),)
+        return (_host_floats(group.algorithm.value_population(group, inputs, states[index])),)
 
     return _by_group(groups, num_envs, obs, None, values)[0]
+
+
+def _host_floats(tensor: torch.Tensor) -> np.ndarray:
+    """A tensor's values as a flat float32 numpy array (a view when it is on the CPU already)."""
+    flat = tensor.reshape(-1)
+    return (flat if flat.device.type == "cpu" else flat.cpu()).numpy().astype(np.float32, copy=False)
 
 
 def _member_states(groups: Groups, states: list[HiddenStates | None], size: int) -> list[Any]:

@@ -197,8 +197,8 @@ class QLearner(SingleAgentAlgorithm):
             random_actions = self.rng.integers(self.num_actions, size=rows)
         else:  # uniform over the allowed actions: the largest of independent uniforms among them
             random_actions = np.where(allowed, self.rng.random((rows, self.num_actions)), -1.0).argmax(axis=1)
-        actions = np.where(explore, random_actions, greedy)
-        return actions.astype(np.int64) + self.action_start
+        actions = np.where(explore, random_actions, greedy).astype(np.int64, copy=False)
+        return actions + self.action_start if self.action_start else actions
 
     # ------------------------------------------------------------------ learning
     def learn(self, experiences: Sequence[Any]) -> float:

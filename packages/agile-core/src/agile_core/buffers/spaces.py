@@ -152,6 +152,8 @@ def write(storage: Nested, index: Any, data: Nested) -> None:
 def gather(storage: Nested, index: Any) -> Nested:
     """Return ``storage[index]`` leaf-wise; a 1-D integer index uses ``np.take`` (one copy)."""
     if isinstance(index, np.ndarray) and index.ndim == 1 and index.dtype.kind in "iu":
+        if isinstance(storage, np.ndarray):
+            return np.take(storage, index, axis=0)
         return map_nested(lambda a: np.take(a, index, axis=0), storage)
     return map_nested(lambda a: a[index], storage)
 
@@ -163,7 +165,7 @@ def to_torch(data: Nested, device: torch.device) -> Nested:
         tensor = torch.from_numpy(np.ascontiguousarray(a))
         return tensor if device.type == "cpu" else tensor.to(device)
 
-    return map_nested(convert, data)
+    return convert(data) if isinstance(data, np.ndarray) else map_nested(convert, data)
 
 
 def nested_nbytes(tree: Nested) -> int:
