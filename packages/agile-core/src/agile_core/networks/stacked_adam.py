@@ -144,8 +144,8 @@ class StackedAdam:
         """One Adam update from the stacked gradients for the `active` members (bool ``[P]``; all when None).
 
         Each member's row is updated in place with the member's own learning rate (read from its
-        optimizer now) and step count, by PyTorch's fused Adam kernel where available (one kernel
-        per member, no temporaries). Idle members' parameters and moments are left exactly as they were."""
+        optimizer now) and step count, by PyTorch's fused Adam kernel where available (one call for
+        the members that share a learning rate, each row with its own step; no temporaries). Idle members' parameters and moments are left exactly as they were."""
         flags = [True] * len(self.optimizers) if active is None else \
             (active.tolist() if isinstance(active, torch.Tensor) else list(active))
         if all(flags):
@@ -154,17 +154,20 @@ class StackedAdam:
         else:
             self.step_count += np.asarray(flags, dtype=np.float64)
             self.steps.copy_(torch.from_numpy(self.step_count))
+        by_lr: dict[float, list[int]] = {}  # members sharing a learning rate take one kernel call
+        for member, on in enumerate(flags):
+            if on:
+                by_lr.setdefault(float(self.optimizers[member].param_groups[0]["lr"]), []).append(member)
         with torch.no_grad():
-            for member, on in enumerate(flags):
-                if on:
-                    lr = float(self.optimizers[member].param_groups[0]["lr"])
-                    if _FUSED_ADAM is not None:
-                        _FUSED_ADAM([self.param_rows[member]], [self.grad_rows[member]], [self.exp_avg_rows[member]],
-                                    [self.exp_avg_sq_rows[member]], [], [self.step_views[member]], lr=lr,
-                                    beta1=self.beta1, beta2=self.beta2, weight_decay=0.0, eps=self.eps,
-                                    amsgrad=False, maximize=False)
-                    else:
+            for lr, members in by_lr.items():
+                if _FUSED_ADAM is None:
+                    for member in members:
                         self._public_adam(member, lr)
+                    continue
+                _FUSED_ADAM([self.param_rows[m] for m in members], [self.grad_rows[m] for m in members],
+                            [self.exp_avg_rows[m] for m in members], [self.exp_avg_sq_rows[m] for m in members], [],
+                            [self.step_views[m] for m in members], lr=lr, beta1=self.beta1, beta2=self.beta2,
+                            weight_decay=0.0, eps=self.eps, amsgrad=False, maximize=False)
 
     def _public_adam(self, member: int, lr: float) -> None:
         """The Adam update of one member's row in public tensor operations (torch.optim.Adam's
