@@ -484,7 +484,7 @@ class PPO(SingleAgentAlgorithm):
         ``P = 1`` case of the group's losses): ``loss`` (the total to minimise), ``policy_loss``
         (clipped surrogate), ``value_loss``, ``entropy`` (mean), with gradients, and, without,
         ``approx_kl`` and ``clip_fraction``. Recurrent batches are weighted by their ``loss_mask``."""
-        stats = minibatch_losses(self.solo_group(), self.minibatch_of(batch))[1][0]
+        stats = minibatch_losses(self.solo_group(), self.minibatch_of(batch), graded_stats=True)[1][0]
         return {name: stats[index].detach() if name in ("approx_kl", "clip_fraction") else stats[index]
                 for index, name in enumerate(LOSS_NAMES)}
 

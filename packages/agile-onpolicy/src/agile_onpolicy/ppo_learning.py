@@ -132,11 +132,12 @@ def evaluate_minibatch(group: MemberGroup, minibatch: PPOMinibatch) -> tuple[Any
     return policy_of(group).distribution_from_head(heads, minibatch.action_masks), value
 
 
-def minibatch_losses(group: MemberGroup, minibatch: PPOMinibatch) -> tuple[torch.Tensor, torch.Tensor]:
+def minibatch_losses(group: MemberGroup, minibatch: PPOMinibatch,
+                     graded_stats: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """The PPO loss of every member's minibatch: the losses ``[P]`` to minimise and the
     statistics ``[P, 6]`` in ``LOSS_NAMES`` order (see :func:`ppo_minibatch_losses`)."""
     dist, value = evaluate_minibatch(group, minibatch)
-    return ppo_minibatch_losses(group, dist, value, minibatch)
+    return ppo_minibatch_losses(group, dist, value, minibatch, graded_stats)
 
 
 def explained_variance(buffer: RolloutBuffer) -> float:

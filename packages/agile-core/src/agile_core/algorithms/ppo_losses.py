@@ -9,6 +9,7 @@ a masked row sum over the member's own row count, so padding and idle members we
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -44,11 +45,12 @@ class PPOMinibatchLike(Protocol):
 
 
 def ppo_minibatch_losses(group: MemberGroup, dist: ActionDistribution, value: torch.Tensor,
-                         minibatch: PPOMinibatchLike) -> tuple[torch.Tensor, torch.Tensor]:
+                         minibatch: PPOMinibatchLike, graded_stats: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """The PPO loss of every member's minibatch under the current policy `dist` and values
     ``[P, rows]``: the losses ``[P]`` to minimise and the statistics ``[P, 6]`` in ``LOSS_NAMES``
-    order (``approx_kl``, the ``E[(r - 1) - log r]`` estimate of ``KL(pi_old || pi)``, and
-    ``clip_fraction`` without gradients).
+    order (``approx_kl`` is the ``E[(r - 1) - log r]`` estimate of ``KL(pi_old || pi)``). The
+    statistics carry no gradient unless `graded_stats` (then the loss terms do; ``approx_kl``
+    and ``clip_fraction`` are to be read without).
 
     Reads the members' ``normalize_advantages`` (standardise over the member's own minibatch,
     population std, when it has 2+ rows), ``clip_coef``, ``clip_vloss``, ``vf_coef`` and
@@ -76,16 +78,26 @@ def ppo_minibatch_losses(group: MemberGroup, dist: ActionDistribution, value: to
         clipped = old + (value - old).clamp(-clip_coef, clip_coef)
         value_error = torch.where(group.column("clip_vloss", torch.bool),
                                   torch.max(value_error, (clipped - minibatch.returns).square()), value_error)
-    # [mean surrogate, mean squared error, mean entropy] per member, weighed by
-    # [-1, 0.5 * vf_coef, -ent_coef]: policy_loss + vf_coef * value_loss - ent_coef * entropy.
-    means = (torch.stack([surrogate, value_error, dist.entropy()], dim=-1) * mask.unsqueeze(-1)).sum(dim=1) / counts
-    terms = means * torch.tensor([-1.0, 0.5, 1.0], device=means.device)
-    loss = terms[:, 0] + group.column("vf_coef").squeeze(1) * terms[:, 1] - group.column("ent_coef").squeeze(1) * terms[:, 2]
-    with torch.no_grad():
+    entropy = dist.entropy()
+    # Each row's share of policy_loss + vf_coef * value_loss - ent_coef * entropy (policy_loss the
+    # mean negated surrogate, value_loss half the mean squared error), averaged over the member's
+    # own rows: one small graph for autograd.
+    weights = mask / counts
+    per_row = torch.addcmul(torch.addcmul(surrogate.neg(), value_error, 0.5 * group.column("vf_coef")),
+                            entropy, group.column("ent_coef"), value=-1.0)
+    loss = torch.linalg.vecdot(per_row, weights)
+    with nullcontext() if graded_stats else torch.no_grad():
         change = ratio - 1.0
-        kl_and_clipped = torch.stack([change - log_ratio, (change.abs() > clip_coef).to(ratio)], dim=-1)
-        kl_and_clipped = (kl_and_clipped * mask.unsqueeze(-1)).sum(dim=1) / counts
-    return loss, torch.cat([loss.unsqueeze(1), terms, kl_and_clipped], dim=1)
+        parts = torch.stack([surrogate, value_error, entropy, change - log_ratio,
+                             (change.abs() > clip_coef).to(ratio)], dim=-1)
+        means = torch.linalg.vecdot(parts.transpose(1, 2), mask.unsqueeze(1)) / counts  # [P, 5]
+        stats = torch.cat([loss.unsqueeze(1), means * _STAT_SIGNS.to(means.device)], dim=1)
+    return loss, stats if graded_stats else stats.detach()
+
+
+_STAT_SIGNS = torch.tensor([-1.0, 0.5, 1.0, 1.0, 1.0])
+"""From the weighted means of (surrogate, squared error, entropy, KL terms, clipped) to the
+statistics (policy_loss, value_loss, entropy, approx_kl, clip_fraction)."""
 
 
 def step_minibatch(group: MemberGroup, optimizer: str, losses: torch.Tensor, stats: torch.Tensor,

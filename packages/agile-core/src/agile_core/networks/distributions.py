@@ -70,7 +70,7 @@ class CategoricalDistribution:
 
     def entropy(self) -> torch.Tensor:
         """-sum p log p (masked actions contribute 0)."""
-        terms = torch.where(self.probs > 0, self.probs * self.log_probs, torch.zeros_like(self.probs))
+        terms = torch.where(self.probs > 0, self.probs * self.log_probs, 0.0)
         return -terms.sum(dim=-1)
 
 
