@@ -91,11 +91,10 @@ def group_heads(group: MemberGroup, inputs: Any, hidden_state: HiddenStates | No
     if policy and critic:  # the shared encoder runs once for both heads
         heads, value = actor.heads_of_latent(inputs, ("head", "value_head"))
         return heads, value.squeeze(-1), None
-    latent = actor.encode(inputs)[0]
-    heads = actor.head(latent) if policy else latent
-    if not critic:
-        return heads, None, None
-    return heads, cast(SharedActorCritic, actor).value_head(latent).squeeze(-1), None
+    if not critic:  # the encoder and the policy head as one (fused) chain
+        return (actor.head_of_latent(inputs) if policy else actor.encode(inputs)[0]), None, None
+    latent = actor.encode(inputs)[0]  # values without the policy: the latent stands for the heads
+    return latent, cast(SharedActorCritic, actor).value_head(latent).squeeze(-1), None
 
 
 def _member_heads(member: PPO, inputs: Any, hidden_state: HiddenStates | None, *,
