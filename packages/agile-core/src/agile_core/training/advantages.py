@@ -23,6 +23,7 @@ it ended its episode.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 __all__ = ["compute_gae", "compute_monte_carlo", "normalize_advantages"]
@@ -63,17 +64,30 @@ def compute_gae(
     """
     dtype = values.dtype
     r, v = rewards.double(), values.double()
+    if r.shape[0] == 0:
+        return torch.zeros_like(values), values.clone()
     trunc_v, last_v = truncation_values.double(), last_value.double()
-    advantages = torch.zeros_like(v)
-    next_value, next_adv = last_v, torch.zeros_like(last_v)
-    for t in reversed(range(r.shape[0])):
-        bootstrap, continues = _bootstrap(next_value, terminations[t], truncations[t], trunc_v[t])
-        delta = r[t] + gamma * bootstrap - v[t]
-        adv = delta + gamma * gae_lambda * continues * next_adv
-        adv = torch.where(valid[t], adv, torch.zeros_like(adv))
-        advantages[t] = adv
-        next_value, next_adv = v[t], adv
+    next_values = torch.cat([v[1:], last_v.unsqueeze(0)])
+    bootstrap = torch.where(truncations, trunc_v, next_values)
+    bootstrap = torch.where(terminations, torch.zeros_like(bootstrap), bootstrap)
+    continues = (~(terminations | truncations)).to(v.dtype)
+    deltas = r + gamma * bootstrap - v
+    advantages = _backward_scan(deltas, gamma * gae_lambda * continues, valid)
     return advantages.to(dtype), (advantages + v).to(dtype)
+
+
+def _backward_scan(deltas: torch.Tensor, carries: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """``x_t = deltas_t + carries_t * x_{t+1}`` backwards over time (``x_T = 0``), ``x_t = 0`` where
+    not `valid`: everything but this recursion is computed for all steps at once, and the
+    recursion itself runs on host arrays (a few numpy operations per step instead of a dozen
+    tensor operations)."""
+    d, c, ok = (tensor.detach().cpu().numpy() for tensor in (deltas, carries, valid))
+    out = np.zeros_like(d)
+    following = np.zeros_like(d[0])
+    for t in range(d.shape[0] - 1, -1, -1):
+        following = np.where(ok[t], d[t] + c[t] * following, 0.0)
+        out[t] = following
+    return torch.from_numpy(out).to(deltas.device)
 
 
 def compute_monte_carlo(
