@@ -160,9 +160,8 @@ def _values(groups: Groups, num_envs: int, obs: Any, states: list[HiddenStates |
 
 
 def _host_floats(tensor: torch.Tensor) -> np.ndarray:
-    """A tensor's values as a flat float32 numpy array (a view when it is on the CPU already)."""
-    flat = tensor.reshape(-1)
-    return (flat if flat.device.type == "cpu" else flat.cpu()).numpy().astype(np.float32, copy=False)
+    """A tensor's values as a flat float32 numpy array (no copy for a float32 CPU tensor)."""
+    return tensor.reshape(-1).cpu().numpy().astype(np.float32, copy=False)
 
 
 def _member_states(groups: Groups, states: list[HiddenStates | None], size: int) -> list[Any]:

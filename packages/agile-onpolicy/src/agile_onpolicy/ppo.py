@@ -382,9 +382,8 @@ class PPO(SingleAgentAlgorithm):
         """Raw actions (``[P, rows, ...]`` or ``[rows, ...]``) as :meth:`get_action` returns them,
         rows flattened member-major: int64 indices for Discrete and MultiDiscrete, float32 otherwise."""
         discrete = isinstance(self.action_space, spaces.Discrete | spaces.MultiDiscrete)
-        flat = raw.reshape(-1, *self._action_shape())
-        return (flat if flat.device.type == "cpu" else flat.cpu()).numpy().astype(
-            np.int64 if discrete else np.float32, copy=False)
+        return raw.reshape(-1, *self._action_shape()).cpu().numpy().astype(np.int64 if discrete else np.float32,
+                                                                            copy=False)
 
     def _action_shape(self) -> tuple[int, ...]:
         return () if isinstance(self.action_space, spaces.Discrete) else tuple(self.action_space.shape or ())

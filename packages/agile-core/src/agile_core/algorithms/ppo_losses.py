@@ -147,7 +147,7 @@ def to_env_action(space: spaces.Space, action: Any) -> np.ndarray:
     MultiBinary as int8."""
     array = np.asarray(action)
     if isinstance(space, spaces.Discrete):
-        return array.astype(np.int64) + int(space.start) if space.start else array.astype(np.int64)
+        return array.astype(np.int64) + int(space.start)
     if isinstance(space, spaces.MultiDiscrete):
         return array.astype(np.int64) + np.asarray(space.start, dtype=np.int64)
     if isinstance(space, spaces.MultiBinary):

@@ -198,7 +198,7 @@ class QLearner(SingleAgentAlgorithm):
         else:  # uniform over the allowed actions: the largest of independent uniforms among them
             random_actions = np.where(allowed, self.rng.random((rows, self.num_actions)), -1.0).argmax(axis=1)
         actions = np.where(explore, random_actions, greedy).astype(np.int64, copy=False)
-        return actions + self.action_start if self.action_start else actions
+        return actions + self.action_start
 
     # ------------------------------------------------------------------ learning
     def learn(self, experiences: Sequence[Any]) -> float:

@@ -35,7 +35,8 @@ def _bootstrap(
     truncated: torch.Tensor,
     truncation_value: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Return ``(bootstrap value, continues)`` for one time step of every environment."""
+    """Return ``(bootstrap value, continues)`` of every environment, for one time step or (elementwise)
+    for all of them."""
     bootstrap = torch.where(truncated, truncation_value, next_value)
     bootstrap = torch.where(terminated, torch.zeros_like(bootstrap), bootstrap)
     continues = (~(terminated | truncated)).to(next_value.dtype)
@@ -67,10 +68,7 @@ def compute_gae(
     if r.shape[0] == 0:
         return torch.zeros_like(values), values.clone()
     trunc_v, last_v = truncation_values.double(), last_value.double()
-    next_values = torch.cat([v[1:], last_v.unsqueeze(0)])
-    bootstrap = torch.where(truncations, trunc_v, next_values)
-    bootstrap = torch.where(terminations, torch.zeros_like(bootstrap), bootstrap)
-    continues = (~(terminations | truncations)).to(v.dtype)
+    bootstrap, continues = _bootstrap(torch.cat([v[1:], last_v.unsqueeze(0)]), terminations, truncations, trunc_v)
     deltas = r + gamma * bootstrap - v
     advantages = _backward_scan(deltas, gamma * gae_lambda * continues, valid)
     return advantages.to(dtype), (advantages + v).to(dtype)
