@@ -137,13 +137,14 @@ def rainbow_learn(agent: RainbowDQN, experiences: Sequence[Any],
     torch.nn.utils.clip_grad_norm_(agent.actor.parameters(), agent.max_grad_norm)
     agent.optimizer.step()
     _soft_update(agent.actor, agent.actor_target, agent.tau)
-    generator = torch.Generator().manual_seed(int(agent.rng.integers(2**62)))
-    for network in (agent.actor, agent.actor_target):
-        for module in network.modules():
-            if isinstance(module, NoisyLinear):  # f(x) = sign(x) sqrt(|x|) of normal draws, inputs first
-                for buffer, size in ((module.eps_in, module.in_features), (module.eps_out, module.out_features)):
-                    noise = torch.randn(size, generator=generator, dtype=torch.float64)
-                    buffer.copy_((noise.sign() * noise.abs().sqrt()).to(buffer.dtype))
+    buffers = [buffer for network in (agent.actor, agent.actor_target) for module in network.modules()
+               if isinstance(module, NoisyLinear) for buffer in (module.eps_in, module.eps_out)]
+    noise = agent.rng.standard_normal(sum(buffer.numel() for buffer in buffers))  # one draw, inputs first
+    start = 0
+    for buffer in buffers:  # f(x) = sign(x) sqrt(|x|)
+        part = torch.as_tensor(noise[start:start + buffer.numel()])
+        buffer.copy_((part.sign() * part.abs().sqrt()).to(buffer.dtype))
+        start += buffer.numel()
     agent.learn_counter += 1
     priorities = per_sample.detach().numpy().astype(np.float64) + agent.prior_eps
     return float(loss.detach()), priorities

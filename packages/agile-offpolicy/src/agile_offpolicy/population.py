@@ -180,15 +180,23 @@ class ReplayMemories:
         """One batch per active member, each drawn as :meth:`sample` draws it (the memory's
         ``sample_indices`` with the member's ``rng``, importance weights for its :meth:`beta`),
         gathered in one call and laid out ``[P, max_batch, ...]``; padded rows repeat a valid index
-        and carry zero weight."""
+        and carry zero weight. With an n-step companion, the n-step transitions at the same indices
+        come as ``batch.n_step``, or as the batch itself when the members do not read the 1-step
+        ones (``reads_one_step_transitions``)."""
         member_indices = draw_member_indices(self.memory, members, active)
         draws = [(indices, self.beta(member) if on else None)
                  for indices, member, on in zip(member_indices, members, active, strict=True)]
         padded, weights = pad_index_batches([indices for indices, _ in draws])
-        rows = padded.reshape(-1)
-        flat = ReplayBuffer.sample_from_indices(self.memory, rows) if self.prioritized else \
-            self.memory.sample_from_indices(rows)
-        batch = ReplayPopulationBatch.of_rows(flat, padded.shape[0], torch.as_tensor(weights, device=device))
+        rows, row_weights = padded.reshape(-1), torch.as_tensor(weights, device=device)
+        n_step = None if self.n_step_memory is None else \
+            ReplayPopulationBatch.of_rows(self.n_step_memory.sample_from_indices(rows), padded.shape[0], row_weights)
+        if n_step is not None and not members[0].reads_one_step_transitions:
+            batch = n_step
+        else:
+            flat = ReplayBuffer.sample_from_indices(self.memory, rows) if self.prioritized else \
+                self.memory.sample_from_indices(rows)
+            batch = ReplayPopulationBatch.of_rows(flat, padded.shape[0], row_weights)
+            batch.n_step = n_step
         batch.indices = [indices for indices, _ in draws]
         if self.prioritized:
             importance = np.ones(padded.shape, dtype=np.float32)
@@ -196,9 +204,6 @@ class ReplayMemories:
                 if beta is not None:
                     importance[row, :indices.size] = self.memory.importance_weights(indices, beta)
             batch.importance = torch.as_tensor(importance, device=device)
-        if self.n_step_memory is not None:
-            batch.n_step = ReplayPopulationBatch.of_rows(self.n_step_memory.sample_from_indices(rows),
-                                                         padded.shape[0], batch.weights)
         return batch
 
     def write_back(self, indices: Sequence[np.ndarray], results: Sequence[Any]) -> list[Any]:

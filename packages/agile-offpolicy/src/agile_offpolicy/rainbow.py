@@ -77,12 +77,12 @@ def project_distribution(next_probs: torch.Tensor, rewards: torch.Tensor, discou
     num_atoms = support.shape[0]
     v_min, v_max = float(support[0]), float(support[-1])
     delta = (v_max - v_min) / (num_atoms - 1)
-    shifted = (rewards.unsqueeze(-1) + discounts.unsqueeze(-1) * support).clamp(v_min, v_max)
-    position = (shifted - v_min) / delta
-    lower = position.floor().clamp(0, num_atoms - 1)
-    upper = position.ceil().clamp(0, num_atoms - 1)
-    upper_share = position - lower
-    lower_share = torch.where(upper == lower, torch.ones_like(position), upper - position)
+    shifted = torch.addcmul(rewards.unsqueeze(-1), discounts.unsqueeze(-1), support).clamp_(v_min, v_max)
+    position = shifted.sub_(v_min).div_(delta)  # in [0, num_atoms - 1]
+    lower = position.floor()
+    upper_share = position - lower  # 0 on an atom: all of it stays there
+    lower_share = 1.0 - upper_share
+    upper = (lower + 1).clamp_(max=num_atoms - 1)
     projected = torch.zeros_like(next_probs)
     projected.scatter_add_(-1, lower.long(), next_probs * lower_share)
     projected.scatter_add_(-1, upper.long(), next_probs * upper_share)
@@ -225,11 +225,15 @@ class RainbowDQN(SingleAgentAlgorithm):
 
     def reset_noise(self) -> None:
         """Redraw the noise of the online and target networks, independently, from the agent's RNG
-        (so seeded runs repeat and resume exactly), in module order: the noisy layers of a
-        ``RainbowQNetwork`` are its heads' output layers."""
-        generator = torch.Generator().manual_seed(int(self.rng.integers(2**62)))
+        (so seeded runs repeat and resume exactly): one draw of standard normals split over the
+        noisy layers in module order (the heads' output layers, online network first)."""
         draw_factorised_noise([layer for network in (self.actor, self.actor_target) for name in network.head_names
-                               if isinstance(layer := getattr(network, name).output_layer, NoisyLinear)], generator)
+                               if isinstance(layer := getattr(network, name).output_layer, NoisyLinear)], self.rng)
+
+    @property
+    def reads_one_step_transitions(self) -> bool:
+        """A step paired with an n-step view reads the 1-step transitions only for ``combined_reward``."""
+        return self.combined_reward
 
     def population_key(self) -> str:
         """Members of one group share the support (atoms, bounds), the loss form and image scaling."""
@@ -298,7 +302,8 @@ class RainbowDQN(SingleAgentAlgorithm):
         return each member's ``(loss, new_priorities)`` (priorities: numpy ``[own rows]``), None if idle.
 
         `batch` may carry (:class:`~agile_offpolicy.population.ReplayPopulationBatch`) the rows'
-        ``n_steps`` (an n-step memory), prioritized replay ``importance`` weights and a paired
+        ``n_steps`` (an n-step memory, or the n-step view alone when the 1-step rows are not read:
+        :attr:`reads_one_step_transitions`), prioritized replay ``importance`` weights and a paired
         ``n_step`` batch at the same indices. Each member uses its own ``gamma``, ``tau``,
         ``prior_eps``, learning rate and Adam state, and after its step redraws its noise from its
         own RNG; idle members' weights, targets, moments and noise stay as they were.
@@ -337,14 +342,14 @@ class RainbowDQN(SingleAgentAlgorithm):
         """Per-row cross-entropy ``[P, rows]`` between the projected target and the online distribution."""
         first = group.members[0]
         obs, next_obs = first.population_inputs(batch.obs), first.population_inputs(batch.next_obs)
-        actions = batch.action.long().reshape(batch.weights.shape) - first.action_start
+        actions = batch.action.long().reshape(batch.weights.shape)
+        if first.action_start:
+            actions = actions - first.action_start
         gamma = group.column("gamma")
         n_steps = getattr(batch, "n_steps", None)
         discounts = (gamma if n_steps is None else torch.pow(gamma, n_steps)) * (1.0 - batch.done)
         target = cls._target_distribution(group, batch.reward, next_obs, discounts)
-        log_probs = group.nets["actor"](obs, "log_probs")
-        taken = log_probs.gather(2, actions[..., None, None].expand(*actions.shape, 1, log_probs.shape[-1]))
-        return -(target * taken.squeeze(2)).sum(dim=-1)
+        return -torch.linalg.vecdot(target, group.nets["actor"].action_distribution(obs, actions, log=True))
 
     @staticmethod
     def _target_distribution(group: MemberGroup, rewards: torch.Tensor, next_inputs: Any,
@@ -356,12 +361,9 @@ class RainbowDQN(SingleAgentAlgorithm):
         episode terminated) and projected onto the support.
         """
         with torch.no_grad():
-            next_q_online = group.nets["actor"](next_inputs, "q")
-            next_probs = group.nets["actor_target"](next_inputs, "probs")
-            chosen = next_q_online.argmax(dim=-1)[..., None, None].expand(*next_q_online.shape[:-1], 1,
-                                                                          next_probs.shape[-1])
-            support = group.members[0].actor.support
-            return project_distribution(next_probs.gather(-2, chosen).squeeze(-2), rewards, discounts, support)
+            chosen = group.nets["actor"](next_inputs, "q").argmax(dim=-1)
+            next_probs = group.nets["actor_target"].action_distribution(next_inputs, chosen)
+            return project_distribution(next_probs, rewards, discounts, group.members[0].actor.support)
 
     def target_distribution(self, rewards: torch.Tensor, next_obs: Any, discounts: torch.Tensor) -> torch.Tensor:
         """The projected target ``[B, num_atoms]`` of this agent's flat batch (the ``P = 1`` case of

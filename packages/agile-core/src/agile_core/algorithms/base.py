@@ -87,6 +87,13 @@ class EvolvableAlgorithm(ABC):
     """Whether `learn` takes the batches of prioritized and n-step replay (importance weights,
     indices to re-prioritize, n-step returns); off-policy loops refuse those memories otherwise."""
 
+    @property
+    def reads_one_step_transitions(self) -> bool:
+        """With an n-step companion memory (``supports_per_and_n_step``): whether a learning step
+        reads the 1-step transitions of its batch as well as their n-step view. When not, the
+        batched off-policy loop gathers the n-step view alone and passes it as the batch."""
+        return True
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         init = cls.__dict__.get("__init__")

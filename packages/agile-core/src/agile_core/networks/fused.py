@@ -117,18 +117,24 @@ class _Layer:
     eps_out: torch.Tensor | None = None  # which the members redraw in place)
     member_activations: tuple[nn.Module, ...] | None = None  # each member's activation, when they differ,
     activation_runs: tuple[tuple[slice, _Activation], ...] | None = None  # and their runs' kernels
-    # Derived once (views follow the in-place optimizer updates): the weight read transposed,
-    # the bias as [P, 1, out], and whether the weight gradient is taken as (x^T g)^T.
+    # Derived once (views follow the in-place optimizer updates and noise draws): the weight read
+    # transposed, the bias as [P, 1, out], whether the weight gradient is taken as (x^T g)^T, and a
+    # noisy layer's bias scale as [P, 1, out] and noise factors as [P, out, 1], [P, 1, in], [P, 1, out].
     weight_t: torch.Tensor = field(init=False, repr=False)
     bias_rows: torch.Tensor | None = field(init=False, repr=False)
     narrow_input: bool = field(init=False, repr=False)
+    bias_sigma_rows: torch.Tensor | None = field(init=False, repr=False)
+    noise_factors: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         weight = self.weight.detach()
         object.__setattr__(self, "weight_t", weight.transpose(1, 2))
-        bias = None if self.bias is None else self.bias.detach()
-        object.__setattr__(self, "bias_rows", bias if bias is None or bias.dim() == 3 else bias.unsqueeze(1))
+        object.__setattr__(self, "bias_rows", _as_rows(self.bias))
         object.__setattr__(self, "narrow_input", weight.shape[2] < weight.shape[1])
+        object.__setattr__(self, "bias_sigma_rows", _as_rows(self.bias_sigma))
+        eps_in, eps_out = self.eps_in, self.eps_out
+        object.__setattr__(self, "noise_factors", None if eps_in is None or eps_out is None else
+                           (eps_out.unsqueeze(2), eps_in.unsqueeze(1), eps_out.unsqueeze(1)))
 
     def select(self, members: slice) -> _Layer:
         """This layer for a contiguous range of members: views of its tensors. A trained tensor's
@@ -177,10 +183,19 @@ class _Layer:
 
     def noise(self) -> tuple[torch.Tensor, torch.Tensor] | None:
         """``(eps_out eps_in^T [P, out, in], eps_out [P, 1, out])`` of a noisy layer whose noise is on
-        now (None otherwise), read from the stacked noise buffers at this layer's members."""
-        if self.noisy is None or self.eps_in is None or self.eps_out is None or not noise_on(self.noisy):
+        now (None otherwise), copied from the stacked noise buffers at this layer's members."""
+        if self.noisy is None or self.noise_factors is None or not noise_on(self.noisy):
             return None
-        return self.eps_out.unsqueeze(2) * self.eps_in.unsqueeze(1), self.eps_out.unsqueeze(1).clone()
+        out_column, in_row, out_row = self.noise_factors
+        return out_column * in_row, out_row.clone()
+
+
+def _as_rows(bias: torch.Tensor | None) -> torch.Tensor | None:
+    """A bias ``[P, out]`` (or ``[P, 1, out]`` already) as ``[P, 1, out]``, detached."""
+    if bias is None:
+        return None
+    bias = bias.detach()
+    return bias if bias.dim() == 3 else bias.unsqueeze(1)
 
 
 def _activation_fields(members: tuple[nn.Module, ...]) -> dict[str, Any]:
@@ -344,10 +359,10 @@ def _layer_forward(layer: _Layer, x: torch.Tensor, tape: Tape | None) -> torch.T
     if noise is None:
         weight, weight_t, bias = None, layer.weight_t, layer.bias_rows
     else:
-        assert layer.weight_sigma is not None and layer.bias_sigma is not None and layer.bias is not None
+        assert layer.weight_sigma is not None and layer.bias_sigma_rows is not None and layer.bias_rows is not None
         weight = torch.addcmul(layer.weight, layer.weight_sigma, noise[0])
         weight_t = weight.transpose(1, 2)
-        bias = torch.addcmul(layer.bias.unsqueeze(1), layer.bias_sigma.unsqueeze(1), noise[1])
+        bias = torch.addcmul(layer.bias_rows, layer.bias_sigma_rows, noise[1])
     h = torch.bmm(x, weight_t) if bias is None else torch.baddbmm(bias, x, weight_t)
     normalised = mean = rstd = None
     a = h

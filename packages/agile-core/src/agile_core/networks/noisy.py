@@ -7,6 +7,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -33,22 +34,24 @@ def noise_on(layer: nn.Module) -> bool:
     return layer.training and not _MEAN_WEIGHTS.get()
 
 
-def draw_factorised_noise(layers: Sequence[NoisyLinear], generator: torch.Generator | None = None) -> None:
-    """Redraw the noise of `layers` from `generator` in turn: for each layer ``f(eps_in)`` then
-    ``f(eps_out)`` with ``f(x) = sign(x) sqrt(|x|)`` of standard normal samples (Fortunato et al.,
-    2018), the scaling done once for all of them; nothing is drawn for meta tensors."""
+def draw_factorised_noise(layers: Sequence[NoisyLinear],
+                          source: torch.Generator | np.random.Generator | None = None) -> None:
+    """Redraw the noise of `layers` from one draw of standard normal samples, split in turn: for
+    each layer ``f(eps_in)`` then ``f(eps_out)`` with ``f(x) = sign(x) sqrt(|x|)`` (Fortunato et
+    al., 2018). `source` is a numpy generator (an agent's ``rng``: the cheapest per step), a torch
+    generator, or None for torch's global one; nothing is drawn for meta tensors."""
     live = [layer for layer in layers if layer.weight_mu.device.type != "meta"]
     if not live:
         return
-    raw = torch.cat([torch.randn(size, generator=generator, dtype=torch.float64)
-                     for layer in live for size in (layer.in_features, layer.out_features)])
-    scaled = raw.sign() * raw.abs().sqrt()
-    start = 0
-    for layer in live:
-        for buffer in (layer.eps_in, layer.eps_out):
-            size = buffer.shape[0]
-            buffer.copy_(scaled[start:start + size])
-            start += size
+    buffers = [buffer for layer in live for buffer in (layer.eps_in, layer.eps_out)]
+    sizes = [buffer.shape[0] for buffer in buffers]
+    if isinstance(source, np.random.Generator):
+        samples = source.standard_normal(sum(sizes))
+        scaled = torch.from_numpy(np.copysign(np.sqrt(np.abs(samples)), samples))
+    else:
+        samples_t = torch.randn(sum(sizes), generator=source, dtype=torch.float64)
+        scaled = samples_t.abs().sqrt_().copysign_(samples_t)
+    torch._foreach_copy_(buffers, list(scaled.to(buffers[0].device).split(sizes)))
 
 
 class NoisyLinear(nn.Module):

@@ -104,6 +104,31 @@ class RainbowQNetwork(EvolvableNetwork):
 
     def forward(self, obs: Observation, output: RainbowOutput = "q", hidden_state: HiddenState | None = None) -> Any:
         """Q values, or the atom probabilities / log-probabilities per action (plus hidden when recurrent)."""
+        advantage, value, hidden = self._dueling(obs, hidden_state)
+        logits = advantage + (value - advantage.mean(dim=-2, keepdim=True))
+        if output == "log_probs":
+            result = F.log_softmax(logits, dim=-1)
+        elif output == "probs":
+            result = F.softmax(logits, dim=-1)
+        elif output == "q":
+            result = F.softmax(logits, dim=-1) @ self.support
+        else:
+            raise ValueError(f"output must be 'q', 'probs' or 'log_probs', got {output!r}")
+        return self._with_hidden(result, hidden)
+
+    def action_distribution(self, obs: Observation, actions: torch.Tensor, log: bool = False) -> torch.Tensor:
+        """The return distribution ``[..., num_atoms]`` of one action per row (`actions` ``[...]``,
+        0-based; a feed-forward network): its probabilities, or log-probabilities with `log`. The
+        same numbers as ``forward(obs, "probs")`` at those actions, with the softmax taken for
+        them alone."""
+        advantage, value, _ = self._dueling(obs, None)
+        index = actions.long()[..., None, None].expand(*actions.shape, 1, self.num_atoms)
+        logits = advantage.gather(-2, index) + (value - advantage.mean(dim=-2, keepdim=True))
+        return (F.log_softmax(logits, dim=-1) if log else F.softmax(logits, dim=-1)).squeeze(-2)
+
+    def _dueling(self, obs: Observation, hidden_state: HiddenState | None) -> tuple[torch.Tensor, torch.Tensor, Any]:
+        """The advantage ``[..., A, num_atoms]`` and value ``[..., 1, num_atoms]`` head outputs (and
+        the recurrent hidden state, None otherwise)."""
         if self.recurrent:
             latent, hidden = self.encode(obs, hidden_state)
             advantage_out, value_out = self.advantage(latent), self.value(latent)
@@ -111,19 +136,8 @@ class RainbowQNetwork(EvolvableNetwork):
             advantage_out, value_out = self.heads_of_latent(obs, ("advantage", "value"))
             hidden = None
         lead = value_out.shape[:-1]
-        advantage = advantage_out.reshape(*lead, self.num_actions, self.num_atoms)
-        value = value_out.reshape(*lead, 1, self.num_atoms)
-        logits = value + advantage - advantage.mean(dim=-2, keepdim=True)
-        log_probs = F.log_softmax(logits, dim=-1)
-        if output == "log_probs":
-            result = log_probs
-        elif output == "probs":
-            result = log_probs.exp()
-        elif output == "q":
-            result = (log_probs.exp() * self.support).sum(dim=-1)
-        else:
-            raise ValueError(f"output must be 'q', 'probs' or 'log_probs', got {output!r}")
-        return self._with_hidden(result, hidden)
+        return (advantage_out.reshape(*lead, self.num_actions, self.num_atoms),
+                value_out.reshape(*lead, 1, self.num_atoms), hidden)
 
 
 class ContinuousQNetwork(EvolvableNetwork):
