@@ -105,7 +105,7 @@ class RainbowQNetwork(EvolvableNetwork):
     def forward(self, obs: Observation, output: RainbowOutput = "q", hidden_state: HiddenState | None = None) -> Any:
         """Q values, or the atom probabilities / log-probabilities per action (plus hidden when recurrent)."""
         advantage, value, hidden = self._dueling(obs, hidden_state)
-        logits = advantage + (value - advantage.mean(dim=-2, keepdim=True))
+        logits = advantage + value
         if output == "log_probs":
             result = F.log_softmax(logits, dim=-1)
         elif output == "probs":
@@ -123,12 +123,13 @@ class RainbowQNetwork(EvolvableNetwork):
         them alone."""
         advantage, value, _ = self._dueling(obs, None)
         index = actions.long()[..., None, None].expand(*actions.shape, 1, self.num_atoms)
-        logits = advantage.gather(-2, index) + (value - advantage.mean(dim=-2, keepdim=True))
+        logits = advantage.gather(-2, index) + value
         return (F.log_softmax(logits, dim=-1) if log else F.softmax(logits, dim=-1)).squeeze(-2)
 
     def _dueling(self, obs: Observation, hidden_state: HiddenState | None) -> tuple[torch.Tensor, torch.Tensor, Any]:
-        """The advantage ``[..., A, num_atoms]`` and value ``[..., 1, num_atoms]`` head outputs (and
-        the recurrent hidden state, None otherwise)."""
+        """The advantage head's output ``[..., A, num_atoms]`` and the value head's less the mean
+        advantage ``[..., 1, num_atoms]`` (their sum: the logits), and the recurrent hidden state
+        (None otherwise)."""
         if self.recurrent:
             latent, hidden = self.encode(obs, hidden_state)
             advantage_out, value_out = self.advantage(latent), self.value(latent)
@@ -136,8 +137,10 @@ class RainbowQNetwork(EvolvableNetwork):
             advantage_out, value_out = self.heads_of_latent(obs, ("advantage", "value"))
             hidden = None
         lead = value_out.shape[:-1]
-        return (advantage_out.reshape(*lead, self.num_actions, self.num_atoms),
-                value_out.reshape(*lead, 1, self.num_atoms), hidden)
+        advantage = advantage_out.reshape(*lead, self.num_actions, self.num_atoms)
+        value = torch.sub(value_out.reshape(*lead, 1, self.num_atoms), advantage.sum(dim=-2, keepdim=True),
+                          alpha=1.0 / self.num_actions)
+        return advantage, value, hidden
 
 
 class ContinuousQNetwork(EvolvableNetwork):
