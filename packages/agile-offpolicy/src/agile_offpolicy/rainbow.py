@@ -349,7 +349,8 @@ class RainbowDQN(SingleAgentAlgorithm):
         n_steps = getattr(batch, "n_steps", None)
         discounts = (gamma if n_steps is None else torch.pow(gamma, n_steps)) * (1.0 - batch.done)
         target = cls._target_distribution(group, batch.reward, next_obs, discounts)
-        return -torch.linalg.vecdot(target, group.nets["actor"].action_distribution(obs, actions, log=True))
+        online = cast(RainbowQNetwork, group.nets["actor"])
+        return -torch.linalg.vecdot(target, online.action_distribution(obs, actions, log=True))
 
     @staticmethod
     def _target_distribution(group: MemberGroup, rewards: torch.Tensor, next_inputs: Any,
@@ -362,7 +363,7 @@ class RainbowDQN(SingleAgentAlgorithm):
         """
         with torch.no_grad():
             chosen = group.nets["actor"](next_inputs, "q").argmax(dim=-1)
-            next_probs = group.nets["actor_target"].action_distribution(next_inputs, chosen)
+            next_probs = cast(RainbowQNetwork, group.nets["actor_target"]).action_distribution(next_inputs, chosen)
             return project_distribution(next_probs, rewards, discounts, group.members[0].actor.support)
 
     def target_distribution(self, rewards: torch.Tensor, next_obs: Any, discounts: torch.Tensor) -> torch.Tensor:
