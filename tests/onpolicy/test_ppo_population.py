@@ -308,7 +308,10 @@ def test_group_acting_matches_each_member(action_kind: str) -> None:
             obs[rows], None if raw_mask is None else raw_mask[rows], deterministic=True)
         action = agent.env_actions(greedy.action[slot])
         assert action.dtype == their_action.dtype and action.shape == their_action.shape
-        np.testing.assert_array_equal(action, their_action)
+        if np.issubdtype(action.dtype, np.floating):  # a group and a lone member round differently
+            np.testing.assert_allclose(action, their_action, atol=1e-6)
+        else:
+            np.testing.assert_array_equal(action, their_action)
         np.testing.assert_allclose(greedy.log_prob[slot].numpy(), their_log_prob, atol=1e-5)
         np.testing.assert_allclose(greedy.value[slot].numpy(), their_value, atol=1e-5)
         np.testing.assert_allclose(values[slot].numpy(), agent.get_value(obs[rows]), atol=1e-5)

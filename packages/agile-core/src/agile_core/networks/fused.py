@@ -20,7 +20,9 @@ module does not know (an activation outside :data:`ACTIVATIONS`) raise :class:`~
 stacked modules under autograd.
 
 Private kernels: the row normalisation uses ``torch.native_group_norm`` (tested with torch
-2.9-2.14); where a torch lacks it the same numbers come from public tensor operations.
+2.9-2.14); where a torch lacks it the same numbers come from public tensor operations. A chain of
+one member normalises with ``torch.native_layer_norm`` and its own gain and bias instead (one
+kernel forward, one backward, where several members' gains need separate steps).
 """
 
 from __future__ import annotations
@@ -125,6 +127,9 @@ class _Layer:
     narrow_input: bool = field(init=False, repr=False)
     bias_sigma_rows: torch.Tensor | None = field(init=False, repr=False)
     noise_factors: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = field(init=False, repr=False)
+    # A one-member layer norm with its gain and bias as [out] (None otherwise): torch's own layer
+    # norm kernels then apply the affine and differentiate it in the same call.
+    lone_affine: tuple[torch.Tensor, torch.Tensor | None] | None = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         weight = self.weight.detach()
@@ -135,6 +140,10 @@ class _Layer:
         eps_in, eps_out = self.eps_in, self.eps_out
         object.__setattr__(self, "noise_factors", None if eps_in is None or eps_out is None else
                            (eps_out.unsqueeze(2), eps_in.unsqueeze(1), eps_out.unsqueeze(1)))
+        lone = self.norm_shape is not None and self.norm_weight is not None and self.unit_mask is None \
+            and weight.shape[0] == 1
+        object.__setattr__(self, "lone_affine", None if not lone or self.norm_weight is None else (
+            self.norm_weight.detach().reshape(-1), None if self.norm_bias is None else self.norm_bias.detach().reshape(-1)))
 
     def select(self, members: slice) -> _Layer:
         """This layer for a contiguous range of members: views of its tensors. A trained tensor's
@@ -366,7 +375,10 @@ def _layer_forward(layer: _Layer, x: torch.Tensor, tape: Tape | None) -> torch.T
     h = torch.bmm(x, weight_t) if bias is None else torch.baddbmm(bias, x, weight_t)
     normalised = mean = rstd = None
     a = h
-    if layer.norm_shape is not None:
+    if layer.lone_affine is not None:
+        assert layer.norm_shape is not None
+        a, mean, rstd = torch.native_layer_norm(h, layer.norm_shape, *layer.lone_affine, layer.norm_eps)
+    elif layer.norm_shape is not None:
         if layer.unit_mask is None:
             normalised, mean, rstd = _normalise_rows(h, layer.norm_eps)
         else:
@@ -407,7 +419,18 @@ def _layer_backward(layer: _Layer, saved: _Saved, grad: torch.Tensor, need_input
         grad = _activation_backward_by_member(layer.activation_runs, grad, saved.pre_activation, saved.output)
     elif layer.activation.backward is not None:
         grad = layer.activation.backward(grad, saved.pre_activation, saved.output)
-    if layer.norm_shape is not None:
+    if layer.lone_affine is not None:
+        assert layer.norm_shape is not None
+        gain, shift = layer.lone_affine
+        grad, gain_grad, shift_grad = _LAYER_NORM_BACKWARD(grad, saved.pre_norm, layer.norm_shape, saved.mean,
+                                                           saved.rstd, gain, shift,
+                                                           [True, params, params and shift is not None])
+        if params:
+            assert layer.norm_weight is not None
+            _accumulate_grad(layer.norm_weight, gain_grad.view(layer.norm_weight.shape))
+            if layer.norm_bias is not None:
+                _accumulate_grad(layer.norm_bias, shift_grad.view(layer.norm_bias.shape))
+    elif layer.norm_shape is not None:
         norm_weight, normalised = layer.norm_weight, saved.normalised
         assert norm_weight is not None and normalised is not None and saved.rstd is not None
         if params:
