@@ -89,6 +89,14 @@ def project_distribution(next_probs: torch.Tensor, rewards: torch.Tensor, discou
     return projected
 
 
+def _own_rows(batch: PopulationBatch) -> list[int]:
+    """Each member's own rows in `batch` (its sampled indices, or else its rows of nonzero weight)."""
+    indices = getattr(batch, "indices", None)
+    if indices:
+        return [member_indices.size for member_indices in indices]
+    return [int(rows) for rows in (batch.weights > 0).sum(dim=1).tolist()]
+
+
 class RainbowDQN(SingleAgentAlgorithm):
     """Rainbow DQN agent: a noisy dueling C51 network, its target copy and an Adam optimizer.
 
@@ -324,8 +332,9 @@ class RainbowDQN(SingleAgentAlgorithm):
         losses = (weighted * batch.weights).sum(dim=1)
         group.step("optimizer", losses, active, cls.max_grad_norm)
         group.soft_update("actor_target", "actor", group.column("tau"), active)
-        priorities = (per_row.detach().to(torch.float64) + group.column("prior_eps", torch.float64)).cpu().numpy()
-        rows = (batch.weights > 0).sum(dim=1).tolist()
+        priorities = per_row.detach().cpu().numpy().astype(np.float64)
+        priorities += np.array([[member.prior_eps] for member in group.members])
+        rows = _own_rows(batch)
         values = losses.detach().tolist()
         results: list[Any] = []
         for index, (member, on) in enumerate(zip(group.members, active, strict=True)):
@@ -350,7 +359,7 @@ class RainbowDQN(SingleAgentAlgorithm):
         discounts = (gamma if n_steps is None else torch.pow(gamma, n_steps)) * (1.0 - batch.done)
         target = cls._target_distribution(group, batch.reward, next_obs, discounts)
         online = cast(RainbowQNetwork, group.nets["actor"])
-        return -torch.linalg.vecdot(target, online.action_distribution(obs, actions, log=True))
+        return torch.linalg.vecdot(target.neg_(), online.action_distribution(obs, actions, log=True))
 
     @staticmethod
     def _target_distribution(group: MemberGroup, rewards: torch.Tensor, next_inputs: Any,
