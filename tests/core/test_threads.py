@@ -6,7 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agile_core.threads import LARGE_MEMBER_PARAMETERS, choose_threads, member_parameters, resolve_threads
+from agile_core.threads import (
+    LARGE_MEMBER_PARAMETERS,
+    choose_threads,
+    member_parameters,
+    resolve_threads,
+)
 
 
 class Member:
