@@ -140,10 +140,11 @@ class _Layer:
         eps_in, eps_out = self.eps_in, self.eps_out
         object.__setattr__(self, "noise_factors", None if eps_in is None or eps_out is None else
                            (eps_out.unsqueeze(2), eps_in.unsqueeze(1), eps_out.unsqueeze(1)))
-        lone = self.norm_shape is not None and self.norm_weight is not None and self.unit_mask is None \
-            and weight.shape[0] == 1
-        object.__setattr__(self, "lone_affine", None if not lone or self.norm_weight is None else (
-            self.norm_weight.detach().reshape(-1), None if self.norm_bias is None else self.norm_bias.detach().reshape(-1)))
+        gain, shift = self.norm_weight, self.norm_bias
+        lone_affine = None
+        if self.norm_shape is not None and gain is not None and self.unit_mask is None and weight.shape[0] == 1:
+            lone_affine = (gain.detach().reshape(-1), None if shift is None else shift.detach().reshape(-1))
+        object.__setattr__(self, "lone_affine", lone_affine)
 
     def select(self, members: slice) -> _Layer:
         """This layer for a contiguous range of members: views of its tensors. A trained tensor's
