@@ -3,13 +3,16 @@
 Run as ``accelerate launch --multi_gpu --num_processes 2 tests/distributed/data_parallel_run.py
 OUT MANIFEST [KEY=VALUE...]`` (a manifest file and overrides). Each process writes
 ``OUT/rank<r>.json``: its members' fitness histories, steps, indices and a digest of their
-networks and optimizer states, which must be the same on every process.
+networks and optimizer states, which must be the same on every process, and the gloo threads
+still running after the process group was closed (none).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -18,6 +21,7 @@ from accelerate import Accelerator
 
 from agile_core.algorithms.persistence import agent_state
 from agile_core.checkpoint import flatten_state
+from agile_core.distributed.data_parallel import close_process_group
 from agile_core.overrides import apply_overrides
 from agile_core.specs.manifest import validate_source
 from agile_core.trainer import LocalTrainer
@@ -35,6 +39,15 @@ def state_digest(agent: object) -> str:
     return digest.hexdigest()
 
 
+def gloo_threads() -> list[str]:
+    """Names of this process's threads that belong to a gloo group (none once it is freed)."""
+    names = []
+    for task in os.listdir("/proc/self/task"):
+        with contextlib.suppress(OSError):
+            names.append(Path(f"/proc/self/task/{task}/comm").read_text().strip())
+    return sorted(name for name in names if "gloo" in name)
+
+
 def main(out: Path, manifest_path: str, overrides: list[str]) -> None:
     torch.set_num_threads(1)
     accelerator = Accelerator(cpu=True)
@@ -43,11 +56,11 @@ def main(out: Path, manifest_path: str, overrides: list[str]) -> None:
     try:
         population, fitnesses = trainer.train(verbose=False, checkpoint_steps=manifest.training.evo_steps,
                                               checkpoint_path=str(out / "checkpoints"))
-    finally:  # close the process group: left to interpreter exit, gloo can abort a rank
-        accelerator.end_training()
+    finally:
+        close_process_group(accelerator)
     record = {"fitness": [list(agent.fitness) for agent in population], "steps": [agent.steps for agent in population],
               "indices": [agent.index for agent in population], "states": [state_digest(a) for a in population],
-              "last": fitnesses}
+              "last": fitnesses, "gloo_threads_after_close": gloo_threads()}
     out.mkdir(parents=True, exist_ok=True)
     (out / f"rank{accelerator.process_index}.json").write_text(json.dumps(record))
 

@@ -18,7 +18,7 @@ from accelerate import Accelerator
 from gymnasium import spaces
 from safetensors.torch import save_file
 
-from agile_core.distributed.data_parallel import DataParallel
+from agile_core.distributed.data_parallel import DataParallel, close_process_group
 from agile_offpolicy import DDPG, DQN
 
 ROWS = 64
@@ -41,8 +41,8 @@ def main(out: Path, half: bool = False) -> None:
     accelerator = Accelerator(cpu=True)
     try:
         _learn_and_save(DataParallel(accelerator), out, half)
-    finally:  # close the process group: left to interpreter exit, gloo can abort a rank
-        accelerator.end_training()
+    finally:
+        close_process_group(accelerator)
 
 
 def _learn_and_save(group: DataParallel, out: Path, half: bool) -> None:

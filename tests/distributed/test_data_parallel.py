@@ -67,6 +67,10 @@ def test_two_processes_learn_as_one_process_with_the_doubled_batch(tmp_path: Pat
 def _ranks_agree(out: Path) -> dict[str, Any]:
     rank0, rank1 = (json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1))
     assert rank0 == rank1  # fitness histories (the processes' mean), steps, members, weights, Adam states
+    # the group is freed when closed, not at interpreter exit (where gloo can abort a rank); the LLM
+    # run imports transformers after the group is up, whose import binds the group in
+    # torch.distributed.nn.functional's default arguments
+    assert rank0["gloo_threads_after_close"] == []
     checkpoints = sorted(path.name for path in (out / "checkpoints").iterdir())
     assert checkpoints and all("rank" not in name for name in checkpoints)
     return rank0
@@ -133,3 +137,30 @@ def test_something_else_than_an_accelerator_is_refused() -> None:
         LocalTrainer("PPO", "CartPole-v1", accelerator=_OneProcess(), backend="ray")
     with pytest.raises(ValueError, match=r"accelerate\.Accelerator"):
         DataParallel(object())
+
+
+CLOSE_AFTER_LATE_IMPORT = """
+import os, sys
+import torch.distributed as dist
+from agile_core.distributed.data_parallel import close_process_group
+
+class Accelerator:  # what close_process_group uses of accelerate's
+    def end_training(self):
+        dist.destroy_process_group()
+
+def gloo_threads():
+    return [t for t in os.listdir("/proc/self/task") if "gloo" in open(f"/proc/self/task/{t}/comm").read()]
+
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+import torch.distributed.nn.functional as functional  # imported with the group up: binds it as a default
+assert isinstance(functional.broadcast.__defaults__[0], dist.ProcessGroup) and gloo_threads()
+close_process_group(Accelerator())
+assert functional.broadcast.__defaults__ == (None,), functional.broadcast.__defaults__
+assert not gloo_threads(), gloo_threads()
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads threads from /proc")
+def test_closing_frees_a_group_bound_by_a_late_import() -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run([sys.executable, "-c", CLOSE_AFTER_LATE_IMPORT], check=True, timeout=120, env=env, cwd=ROOT)

@@ -218,8 +218,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"agile train: cannot use run directory {run_dir}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_USAGE
     finally:
-        if accelerator is not None:  # close the process group: left to interpreter exit, gloo can abort a rank
-            accelerator.end_training()
+        if accelerator is not None:
+            from agile_core.distributed.data_parallel import close_process_group
+
+            close_process_group(accelerator)
 
 
 def _train(args: argparse.Namespace, manifest: Any, backend: dict[str, Any], run_dir: Path, main: bool) -> int:

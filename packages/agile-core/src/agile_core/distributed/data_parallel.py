@@ -20,13 +20,16 @@ own generator (the LLM datasets and prompts) keep their process's part through :
 from __future__ import annotations
 
 import contextlib
+import sys
+import types
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["ACCELERATOR_ATTRIBUTES", "DataParallel", "average_gradients", "check_accelerator", "current", "data_share"]
+__all__ = ["ACCELERATOR_ATTRIBUTES", "DataParallel", "average_gradients", "check_accelerator", "close_process_group",
+           "current", "data_share"]
 
 ACCELERATOR_ATTRIBUTES = ("num_processes", "process_index", "is_main_process", "device")
 """What the loops use of an ``accelerate.Accelerator``."""
@@ -141,3 +144,37 @@ def average_gradients(tensors: Iterable[torch.Tensor | None]) -> None:
     group = current()
     if group is not None:
         group.average_(tensors)
+
+
+def close_process_group(accelerator: Any) -> None:
+    """End `accelerator`'s training (its trackers, then the torch.distributed process group) so
+    that the group's backend is freed and its threads stop now, not while the interpreter tears
+    down: a gloo group still alive then can abort its process ("terminate called without an active
+    exception") after all the work is done. Call it once per process when training is over;
+    nothing happens without an accelerator."""
+    if accelerator is None:
+        return
+    accelerator.end_training()
+    _forget_destroyed_groups()
+
+
+def _forget_destroyed_groups() -> None:
+    """Reset to None every default argument of a ``torch.distributed`` function that holds a
+    process group once no group is up.
+
+    ``torch.distributed.nn.functional`` takes ``group.WORLD`` as a default argument: imported while
+    a group is up (importing transformers' models does that), its functions hold that group, and
+    ``destroy_process_group`` cannot free it. None is what those defaults mean (the default group).
+    """
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("torch.distributed") or module is None:
+            continue
+        for value in list(vars(module).values()):
+            if isinstance(value, types.FunctionType) and value.__defaults__:
+                defaults = value.__defaults__
+                if any(isinstance(default, dist.ProcessGroup) for default in defaults):
+                    value.__defaults__ = tuple(None if isinstance(d, dist.ProcessGroup) else d for d in defaults)
