@@ -174,7 +174,8 @@ def _forget_destroyed_groups() -> None:
         if not name.startswith("torch.distributed") or module is None:
             continue
         for value in list(vars(module).values()):
-            if isinstance(value, types.FunctionType) and value.__defaults__:
+            # type(), not isinstance(): a deprecated object there (reduce_op) warns on __class__
+            if type(value) is types.FunctionType and value.__defaults__:
                 defaults = value.__defaults__
                 if any(isinstance(default, dist.ProcessGroup) for default in defaults):
                     value.__defaults__ = tuple(None if isinstance(d, dist.ProcessGroup) else d for d in defaults)
